@@ -1,0 +1,1 @@
+"""The tierd daemon: trio TCP server, request dispatch, handlers, metrics, CLI."""

@@ -1,0 +1,57 @@
+"""Command line: ``tierd --config server.properties [--override key=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import structlog
+import trio
+
+from config import BrokerConfig, ConfigError
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR}
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    """structlog to stderr: readable console lines, or JSON objects."""
+    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
+                else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tierd", description=__doc__)
+    parser.add_argument("--config", help="server.properties file (Kafka key names)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (repeatable)")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging("json" if args.log_json else "console", "info")
+    try:
+        config = BrokerConfig.load(args.config, args.override)
+    except ConfigError as exc:
+        print(f"tierd: configuration error: {exc}", file=sys.stderr)
+        return 2
+    fmt = "json" if args.log_json else config["tierd.log.format"]
+    configure_logging(fmt, config["tierd.log.level"])
+    from broker.app import run
+
+    trio.run(run, config)
+    return 0

@@ -1,0 +1,34 @@
+"""Request handlers, one module per Kafka API family.
+
+A handler is ``async (ctx, header, request) -> response | None``; None means
+no response is sent (Produce with acks=0). Errors caused by the request are
+answered as Kafka error codes inside the response; exceptions escaping a
+handler are our bugs (the connection is closed and the traceback logged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.context import BrokerContext
+from broker.handlers import (
+    admin_configs,
+    admin_topics,
+    api_versions,
+    cluster,
+    fetch,
+    init_producer_id,
+    leader_epoch,
+    list_offsets,
+    metadata,
+    produce,
+)
+from protocol.api import RequestHeader
+
+Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {}
+for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
+                admin_topics, admin_configs, cluster, init_producer_id):
+    HANDLERS.update(_module.HANDLERS)

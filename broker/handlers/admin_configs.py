@@ -1,0 +1,174 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
+
+Topic configs are dynamic: changes are validated as a whole, persisted in the
+metadata store (so they survive restart) and applied to the live logs.
+Broker configs are static in tierd (read from server.properties at start):
+describing them works, altering them answers INVALID_REQUEST saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+from broker.context import BrokerContext
+from broker.handlers.describe import describe_broker_configs, describe_topic_configs
+from config import ConfigError, TopicConfigs
+from config.topic import topic_def
+from protocol.api import RequestHeader
+from protocol.errors import ErrorCode, KafkaApiError
+
+log = structlog.get_logger(__name__)
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _check_broker_name(ctx: BrokerContext, name: str) -> None:
+    if name not in ("", str(ctx.node_id)):
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name!r}")
+
+
+async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    v = header.api_version
+    resp = DescribeConfigsResponse[v]
+    result_cls = resp.DescribeConfigsResult
+    entry_cls = result_cls.DescribeConfigsResourceResult
+    syn_cls = entry_cls.DescribeConfigsSynonym
+    results = []
+    for r in req.resources:
+        keys = list(r.configuration_keys) if r.configuration_keys is not None else None
+        try:
+            if r.resource_type == RESOURCE_TOPIC:
+                info = ctx.store.get(r.resource_name)
+                if info is None:
+                    raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                        f"Topic {r.resource_name!r} does not exist")
+                described = describe_topic_configs(ctx, ctx.replicas.topic_configs[info.name], keys)
+            elif r.resource_type == RESOURCE_BROKER:
+                _check_broker_name(ctx, r.resource_name)
+                described = describe_broker_configs(ctx, keys)
+            else:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    f"Unsupported resource type {r.resource_type}")
+        except KafkaApiError as exc:
+            ctx.metrics.error("DescribeConfigs", exc.code)
+            results.append(result_cls(error_code=exc.code, error_message=exc.message,
+                                      resource_type=r.resource_type,
+                                      resource_name=r.resource_name, configs=[]))
+            continue
+        entries = [entry_cls(
+            name=d.name, value=d.value, read_only=d.read_only, config_source=d.source,
+            is_default=d.source == 5, is_sensitive=d.sensitive,
+            synonyms=[syn_cls(name=n, value=val, source=s) for n, val, s in d.synonyms]
+            if req.include_synonyms else [],
+            config_type=d.type,
+            documentation=d.doc if getattr(req, "include_documentation", False) else None)
+            for d in described]
+        results.append(result_cls(error_code=0, error_message=None, resource_type=r.resource_type,
+                                  resource_name=r.resource_name, configs=entries))
+    return resp(throttle_time_ms=0, results=results)
+
+
+async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
+                 build: Any) -> tuple[int, str | None]:
+    """Validate and apply one resource's change; returns (error code, message)."""
+    try:
+        if r.resource_type == RESOURCE_BROKER:
+            _check_broker_name(ctx, r.resource_name)
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                "Broker configs are static in tierd; edit server.properties")
+        if r.resource_type != RESOURCE_TOPIC:
+            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                f"Unsupported resource type {r.resource_type}")
+        current = ctx.replicas.topic_configs.get(r.resource_name)
+        if current is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"Topic {r.resource_name!r} does not exist")
+        new = TopicConfigs(ctx.config, build(current))
+        if not validate_only:
+            await ctx.replicas.set_topic_configs(r.resource_name, new)
+            log.info("topic configs altered", topic=r.resource_name, configs=new.overrides)
+        return 0, None
+    except ConfigError as exc:
+        ctx.metrics.error(api, ErrorCode.INVALID_CONFIG)
+        return ErrorCode.INVALID_CONFIG, str(exc)
+    except KafkaApiError as exc:
+        ctx.metrics.error(api, exc.code)
+        return exc.code, exc.message
+
+
+async def handle_alter_configs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    resp = AlterConfigsResponse[header.api_version]
+    result_cls = resp.AlterConfigsResourceResponse
+    results = []
+    for r in req.resources:
+        def build(current: TopicConfigs, r: Any = r) -> dict[str, str]:
+            return {c.name: c.value for c in r.configs if c.value is not None}
+        code, message = await _apply(ctx, "AlterConfigs", r, req.validate_only, build)
+        results.append(result_cls(error_code=code, error_message=message,
+                                  resource_type=r.resource_type, resource_name=r.resource_name))
+    return resp(throttle_time_ms=0, responses=results)
+
+
+def _incremental(current: TopicConfigs, configs: Any) -> dict[str, str]:
+    """New overrides after SET/DELETE/APPEND/SUBTRACT operations.
+
+    Raises:
+        ConfigError: unknown key, bad op, or APPEND/SUBTRACT on a non-list key.
+    """
+    overrides = dict(current.overrides)
+    for c in configs:
+        d = topic_def(c.name)
+        if d is None:
+            raise ConfigError(c.name, c.value, "unknown topic config")
+        if c.config_operation == OP_SET:
+            overrides[c.name] = c.value
+        elif c.config_operation == OP_DELETE:
+            overrides.pop(c.name, None)
+        elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+            if not isinstance(d.default, list):
+                raise ConfigError(c.name, c.value, "APPEND/SUBTRACT need a list config")
+            items = list(current.get(c.name))
+            change = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if c.config_operation == OP_APPEND:
+                items += [x for x in change if x not in items]
+            else:
+                items = [x for x in items if x not in change]
+            overrides[c.name] = ",".join(items)
+        else:
+            raise ConfigError(c.name, c.config_operation, "unknown config operation")
+    return overrides
+
+
+async def handle_incremental_alter_configs(ctx: BrokerContext, header: RequestHeader,
+                                           req: Any) -> Any:
+    resp = IncrementalAlterConfigsResponse[header.api_version]
+    result_cls = resp.AlterConfigsResourceResponse
+    results = []
+    for r in req.resources:
+        def build(current: TopicConfigs, r: Any = r) -> dict[str, str]:
+            return _incremental(current, r.configs)
+        code, message = await _apply(ctx, "IncrementalAlterConfigs", r, req.validate_only, build)
+        results.append(result_cls(error_code=code, error_message=message,
+                                  resource_type=r.resource_type, resource_name=r.resource_name))
+    return resp(throttle_time_ms=0, responses=results)
+
+
+HANDLERS = {
+    DescribeConfigsRequest.API_KEY: handle_describe_configs,
+    AlterConfigsRequest.API_KEY: handle_alter_configs,
+    IncrementalAlterConfigsRequest.API_KEY: handle_incremental_alter_configs,
+}

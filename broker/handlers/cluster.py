@@ -1,0 +1,56 @@
+"""DescribeCluster and DescribeLogDirs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
+
+from broker.context import BrokerContext
+from protocol.api import RequestHeader
+
+
+
+async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    resp = DescribeClusterResponse[header.api_version]
+    return resp(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+                cluster_id=ctx.cluster_id, controller_id=ctx.node_id,
+                brokers=[resp.DescribeClusterBroker(broker_id=ctx.node_id, host=ctx.host,
+                                                    port=ctx.port, rack=None)],
+                authorized_operations=None)
+
+
+async def handle_describe_log_dirs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    resp = DescribeLogDirsResponse[header.api_version]
+    result_cls = resp.DescribeLogDirsResult
+    topic_cls = result_cls.DescribeLogDirsTopic
+    part_cls = topic_cls.DescribeLogDirsPartition
+    wanted: dict[str, set[int] | None] | None = None
+    if req.topics is not None:
+        wanted = {t.topic: set(t.partitions) for t in req.topics}
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), part in sorted(ctx.replicas.partitions.items()):
+        if wanted is not None and (topic not in wanted or index not in (wanted[topic] or ())):
+            continue
+        by_topic.setdefault(topic, []).append(part_cls(
+            partition_index=index, partition_size=part.log.size,
+            offset_lag=max(part.log.end_offset - part.high_watermark, 0), is_future_key=False))
+    log_dir = os.path.abspath(ctx.config.log_dir)
+    usage = shutil.disk_usage(log_dir)
+    return resp(throttle_time_ms=0, error_code=0, results=[result_cls(
+        error_code=0, log_dir=log_dir,
+        topics=[topic_cls(name=n, partitions=p) for n, p in by_topic.items()],
+        total_bytes=usage.total, usable_bytes=usage.free)])
+
+
+HANDLERS = {
+    DescribeClusterRequest.API_KEY: handle_describe_cluster,
+    DescribeLogDirsRequest.API_KEY: handle_describe_log_dirs,
+}

@@ -1,0 +1,95 @@
+"""Metadata: brokers, cluster id, topics and partitions (with auto-creation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from broker.context import BrokerContext
+from protocol.api import RequestHeader
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.metadata import TopicInfo, validate_topic_name
+
+log = structlog.get_logger(__name__)
+
+
+async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    v = header.api_version
+    resp = MetadataResponse[v]
+    names = _requested_topics(ctx, req)
+    allow_auto = getattr(req, "allow_auto_topic_creation", True) and req.topics is not None
+    topics = []
+    for name in names:
+        topics.append(await _describe_topic(ctx, resp, name, allow_auto))
+    return resp(
+        throttle_time_ms=0,
+        brokers=[resp.MetadataResponseBroker(node_id=ctx.node_id, host=ctx.host, port=ctx.port,
+                                             rack=None)],
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        topics=topics,
+    )
+
+
+def _requested_topics(ctx: BrokerContext, req: Any) -> list[str]:
+    if req.topics is None:
+        return sorted(ctx.store.topics)
+    names = []
+    for t in req.topics:
+        name = t.name
+        if name is None and getattr(t, "topic_id", None) is not None:
+            info = ctx.store.by_id.get(t.topic_id)
+            name = info.name if info else None
+        names.append(name or "")
+    return names
+
+
+async def _describe_topic(ctx: BrokerContext, resp: Any, name: str, allow_auto: bool) -> Any:
+    topic_cls = resp.MetadataResponseTopic
+    info = ctx.store.get(name)
+    if info is None:
+        try:
+            validate_topic_name(name)
+        except KafkaApiError as exc:
+            return topic_cls(error_code=exc.code, name=name, is_internal=False, partitions=[],
+                             authorized_operations=None)
+        if allow_auto and ctx.config["auto.create.topics.enable"]:
+            info = await _auto_create(ctx, name)
+        if info is None:
+            return topic_cls(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
+                             is_internal=False, partitions=[],
+                             authorized_operations=None)
+    return topic_cls(error_code=0, name=name, topic_id=info.topic_id, is_internal=info.internal,
+                     partitions=_partitions(ctx, topic_cls, info),
+                     authorized_operations=None)
+
+
+async def _auto_create(ctx: BrokerContext, name: str) -> TopicInfo | None:
+    try:
+        return await ctx.replicas.create_topic(name, ctx.config["num.partitions"], {})
+    except KafkaApiError as exc:
+        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ctx.store.get(name)
+        log.info("auto-create refused", topic=name, error=exc.code.name)
+        return None
+
+
+def _partitions(ctx: BrokerContext, topic_cls: Any, info: TopicInfo) -> list[Any]:
+    part_cls = topic_cls.MetadataResponsePartition
+    out = []
+    for i in range(info.partitions):
+        part = ctx.replicas.partitions.get((info.name, i))
+        if part is None:
+            out.append(part_cls(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i,
+                                leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
+                                offline_replicas=[]))
+            continue
+        out.append(part_cls(error_code=0, partition_index=i, leader_id=part.leader_id,
+                            leader_epoch=part.leader_epoch, replica_nodes=list(part.replicas),
+                            isr_nodes=list(part.isr), offline_replicas=[]))
+    return out
+
+
+HANDLERS = {MetadataRequest.API_KEY: handle_metadata}

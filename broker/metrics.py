@@ -1,0 +1,62 @@
+"""Prometheus metrics of the broker (served by prometheus-client's HTTP server).
+
+Names carry the ``tierd_`` prefix; labels are bounded (api names, error
+code names, topic names of existing topics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tierd_requests", "Requests handled", ["api", "version"], registry=r)
+        self.latency = Histogram(
+            "tierd_request_latency_seconds", "Request handling time", ["api"], registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.bytes_in = Counter("tierd_bytes_in", "Record bytes produced", ["topic"], registry=r)
+        self.bytes_out = Counter("tierd_bytes_out", "Record bytes fetched", ["topic"], registry=r)
+        self.messages_in = Counter("tierd_messages_in", "Records produced", ["topic"], registry=r)
+        self.error_responses = Counter("tierd_error_responses", "Error codes answered",
+                                       ["api", "error"], registry=r)
+        self.protocol_errors = Counter("tierd_protocol_errors",
+                                       "Connections closed for bad input", ["reason"], registry=r)
+        self.connections = Gauge("tierd_open_connections", "Open client connections", registry=r)
+        self.connections_total = Counter("tierd_connections", "Accepted connections", registry=r)
+
+    def add_log_sizes(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        """Export per-partition log sizes, computed at scrape time."""
+        self.registry.register(_LogSizeCollector(sizes))
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP endpoint in a daemon thread; returns the bound port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)
+
+    def error(self, api: str, code: int) -> None:
+        from protocol.errors import ErrorCode
+
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = str(code)
+        self.error_responses.labels(api, name).inc()
+
+
+class _LogSizeCollector(Collector):
+    def __init__(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        self._sizes = sizes
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        family = GaugeMetricFamily("tierd_log_size_bytes", "Local log size per partition",
+                                   labels=["topic", "partition"])
+        for topic, partition, size in self._sizes():
+            family.add_metric([topic, str(partition)], size)
+        yield family

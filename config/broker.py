@@ -1,0 +1,230 @@
+"""Broker configuration: server.properties, overrides, environment.
+
+Precedence, lowest to highest: built-in default, the properties file,
+environment variables ``TIERD_<KEY>`` (dots as underscores, upper case), and
+``--override key=value`` arguments. Unknown keys produce a warning (Kafka's
+behaviour); invalid values make ``load`` raise ``ConfigError``, which the CLI
+reports before exiting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from config.defs import LONG_MAX, ConfigDef, ConfigError
+from config.defs import ConfigType as T
+
+log = structlog.get_logger(__name__)
+
+
+def _listener_check(value: list[str]) -> str | None:
+    for item in value:
+        name, sep, rest = item.partition("://")
+        if not sep or ":" not in rest:
+            return "expected a list of NAME://host:port"
+        host, _, port = rest.rpartition(":")
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            return f"bad port in {item!r}"
+    return None
+
+
+_DEFS: list[ConfigDef] = [
+    ConfigDef("node.id", T.INT, 0, "Id of this broker.", at_least=0),
+    ConfigDef("broker.id", T.INT, None, "Deprecated synonym of node.id.", at_least=-1),
+    ConfigDef("listeners", T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listeners.", check=_listener_check),
+    ConfigDef("advertised.listeners", T.LIST, None, "Listeners given to clients.",
+              check=_listener_check),
+    ConfigDef("log.dirs", T.LIST, None, "Log directories (only the first is used)."),
+    ConfigDef("log.dir", T.STRING, "./data", "Log directory if log.dirs is not set."),
+    ConfigDef("num.partitions", T.INT, 1, "Default partitions of a new topic.", at_least=1),
+    ConfigDef("default.replication.factor", T.SHORT, 1, "Default replication factor.", at_least=1),
+    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "Create topics on metadata requests."),
+    ConfigDef("delete.topic.enable", T.BOOLEAN, True, "Allow DeleteTopics."),
+    ConfigDef("message.max.bytes", T.INT, 1048588, "Largest record batch.", at_least=0),
+    ConfigDef("socket.request.max.bytes", T.INT, 104857600, "Largest request.", at_least=1),
+    ConfigDef("log.segment.bytes", T.INT, 1073741824, "Segment size.", at_least=14),
+    ConfigDef("log.roll.ms", T.LONG, None, "Segment age before roll.", at_least=1),
+    ConfigDef("log.roll.hours", T.INT, 168, "Segment age before roll, hours.", at_least=1),
+    ConfigDef("log.roll.jitter.ms", T.LONG, None, "Roll jitter.", at_least=0),
+    ConfigDef("log.roll.jitter.hours", T.INT, 0, "Roll jitter, hours.", at_least=0),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10485760, "Index size.", at_least=4),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096, "Bytes between index entries.", at_least=0),
+    ConfigDef("log.flush.interval.messages", T.LONG, LONG_MAX, "Messages before fsync.", at_least=1),
+    ConfigDef("log.flush.interval.ms", T.LONG, None, "Time before fsync.", at_least=0),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "Flush check interval.",
+              at_least=0),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, "Checkpoint interval.",
+              at_least=0),
+    ConfigDef("log.retention.ms", T.LONG, None, "Retention time, -1 unlimited.", at_least=-1),
+    ConfigDef("log.retention.minutes", T.INT, None, "Retention time, minutes."),
+    ConfigDef("log.retention.hours", T.INT, 168, "Retention time, hours."),
+    ConfigDef("log.retention.bytes", T.LONG, -1, "Retention size per partition.", at_least=-1),
+    ConfigDef("log.retention.check.interval.ms", T.LONG, 300000, "Retention check period.",
+              at_least=1),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "Delay before deleting files.",
+              at_least=0),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "Cleanup policy.",
+              choices=("delete", "compact")),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "Tombstone retention.",
+              at_least=0),
+    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "Timestamp type.",
+              choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX,
+              "Max age of a record timestamp.", at_least=0),
+    ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600000,
+              "Max future skew of a record timestamp.", at_least=0),
+    ConfigDef("log.preallocate", T.BOOLEAN, False, "Preallocate segments (ignored)."),
+    ConfigDef("compression.type", T.STRING, "producer", "Compression of stored batches.",
+              choices=("producer",)),
+    ConfigDef("min.insync.replicas", T.INT, 1, "Minimum ISR for acks=all.", at_least=1),
+    ConfigDef("fetch.max.bytes", T.INT, 57671680, "Max bytes of a fetch response.", at_least=0),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Unclean election."),
+    ConfigDef("cluster.id", T.STRING, None, "Cluster id; generated on first start if unset."),
+    ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
+              at_least=-1, at_most=65535),
+    ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
+    ConfigDef("tierd.log.format", T.STRING, "console", "Log output.", choices=("console", "json")),
+    ConfigDef("tierd.log.level", T.STRING, "info", "Log level.",
+              choices=("debug", "info", "warning", "error")),
+]
+
+DEFS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+
+# Keys of Apache Kafka that tierd accepts without a warning and does not use
+# (thread pools and socket buffers that have no meaning on trio).
+IGNORED_KAFKA_KEYS = frozenset({
+    "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "group.initial.rebalance.delay.ms", "process.roles",
+    "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
+    "listener.security.protocol.map", "zookeeper.connect", "zookeeper.connection.timeout.ms",
+    "num.replica.fetchers",
+})
+
+ENV_PREFIX = "TIERD_"
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Typed broker configuration.
+
+    ``values`` holds every known key (defaults filled in); ``explicit`` the
+    keys a user set, for DescribeConfigs' STATIC_BROKER_CONFIG source.
+    """
+
+    values: dict[str, Any]
+    explicit: set[str] = field(default_factory=set)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @classmethod
+    def load(
+        cls,
+        path: str | None = None,
+        overrides: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> BrokerConfig:
+        """Build the config from a file, the environment and overrides.
+
+        Raises:
+            ConfigError: an invalid value, a malformed override, or an
+                unreadable file.
+        """
+        raw: dict[str, str] = {}
+        if path:
+            raw.update(read_properties(path))
+        for name, value in (env if env is not None else os.environ).items():
+            if name.startswith(ENV_PREFIX):
+                raw[name[len(ENV_PREFIX):].lower().replace("_", ".")] = value
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError("--override", item, "expected key=value")
+            raw[key.strip()] = value.strip()
+        return cls.from_mapping(raw)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, str]) -> BrokerConfig:
+        """Typed config from string values; unknown keys are warned about."""
+        values = {name: d.default for name, d in DEFS.items()}
+        explicit: set[str] = set()
+        for key, text in raw.items():
+            d = DEFS.get(key)
+            if d is None:
+                if key not in IGNORED_KAFKA_KEYS and not key.startswith(("rsm.config.", "rlmm.config.")):
+                    log.warning("unknown config key", key=key)
+                values[key] = text
+                continue
+            values[key] = d.parse(text)
+            explicit.add(key)
+        _derive(values)
+        return cls(values, explicit)
+
+    @property
+    def log_dir(self) -> str:
+        dirs = self.values["log.dirs"]
+        return dirs[0] if dirs else self.values["log.dir"]
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        """Host and port of the first listener."""
+        return _host_port(self.values["listeners"][0])
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        adv = self.values["advertised.listeners"] or self.values["listeners"]
+        return _host_port(adv[0])
+
+
+def _host_port(listener: str) -> tuple[str, int]:
+    rest = listener.partition("://")[2]
+    host, _, port = rest.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _derive(values: dict[str, Any]) -> None:
+    """Fill keys Kafka derives from others (ms from minutes/hours, ids)."""
+    if values["log.retention.ms"] is None:
+        if values["log.retention.minutes"] is not None:
+            values["log.retention.ms"] = values["log.retention.minutes"] * 60_000
+        else:
+            values["log.retention.ms"] = values["log.retention.hours"] * 3_600_000
+    if values["log.roll.ms"] is None:
+        values["log.roll.ms"] = values["log.roll.hours"] * 3_600_000
+    if values["log.roll.jitter.ms"] is None:
+        values["log.roll.jitter.ms"] = values["log.roll.jitter.hours"] * 3_600_000
+    if values["log.flush.interval.ms"] is None:
+        values["log.flush.interval.ms"] = values["log.flush.scheduler.interval.ms"]
+    if values["broker.id"] is not None and values["broker.id"] >= 0:
+        values["node.id"] = values["broker.id"]
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """Parse a Java-style .properties file (``key=value`` or ``key: value``, # comments).
+
+    Raises:
+        ConfigError: the file cannot be read or a line has no separator.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError("--config", path, f"cannot read file: {exc.strerror}") from None
+    out: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        positions = [p for p in (text.find("="), text.find(":")) if p > 0]
+        if not positions:
+            raise ConfigError(f"{path}:{number}", text, "expected key=value")
+        cut = min(positions)
+        out[text[:cut].strip()] = text[cut + 1 :].strip()
+    return out

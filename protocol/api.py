@@ -1,0 +1,190 @@
+"""The API table tierd advertises, and request/response (de)serialisation.
+
+``SUPPORTED`` lists exactly the API keys and version ranges the broker
+implements; ApiVersions is answered from it. Request bodies are decoded and
+responses encoded with kafka-python's schema-generated classes; headers are
+parsed here because we need the api key and version before choosing a class.
+
+Request header v1 (non-flexible) and v2 (flexible)::
+
+    api_key int16, api_version int16, correlation_id int32,
+    client_id nullable string (int16 length, even in v2),
+    [v2] tagged fields
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol import admin, consumer, metadata, producer
+
+_HDR = struct.Struct(">hhih")
+_RESP_HDR = struct.Struct(">ii")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request: Any
+    response: Any
+
+    def is_flexible(self, version: int) -> bool:
+        return bool(self.request.flexible_version_q(version))
+
+
+def _spec(request: Any, response: Any, lo: int, hi: int) -> ApiSpec:
+    return ApiSpec(request.API_KEY, request.name.removesuffix("Request"), lo, hi, request, response)
+
+
+# Version ranges: what the Java 4.x client, librdkafka 2.x, kafka-python and
+# aiokafka negotiate, and no more than the handlers implement.
+SUPPORTED: dict[int, ApiSpec] = {
+    s.key: s
+    for s in (
+        _spec(producer.ProduceRequest, producer.ProduceResponse, 3, 11),
+        _spec(consumer.FetchRequest, consumer.FetchResponse, 4, 17),
+        _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 9),
+        _spec(metadata.MetadataRequest, metadata.MetadataResponse, 1, 12),
+        _spec(consumer.OffsetForLeaderEpochRequest, consumer.OffsetForLeaderEpochResponse, 2, 4),
+        _spec(metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 4),
+        _spec(admin.CreateTopicsRequest, admin.CreateTopicsResponse, 2, 7),
+        _spec(admin.DeleteTopicsRequest, admin.DeleteTopicsResponse, 1, 6),
+        _spec(admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 2),
+        _spec(admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 1, 4),
+        _spec(admin.AlterConfigsRequest, admin.AlterConfigsResponse, 0, 2),
+        _spec(admin.CreatePartitionsRequest, admin.CreatePartitionsResponse, 0, 3),
+        _spec(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
+        _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
+        _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
+        _spec(producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 5),
+    )
+}
+
+API_VERSIONS_KEY = metadata.ApiVersionsRequest.API_KEY
+
+
+class InvalidRequest(Exception):
+    """The frame cannot be understood; the connection is closed."""
+
+
+class UnsupportedVersion(Exception):
+    """The api key or version is not in ``SUPPORTED``."""
+
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__(f"api {header.api_key} v{header.api_version} not supported")
+        self.header = header
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise InvalidRequest("bad varint in header")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_header(frame: bytes) -> RequestHeader:
+    """Parse the request header of ``frame``.
+
+    Raises:
+        InvalidRequest: truncated or malformed header.
+        UnsupportedVersion: api key or version not supported (the header is
+            attached so ApiVersions can still be answered).
+    """
+    if len(frame) < _HDR.size:
+        raise InvalidRequest("truncated request header")
+    api_key, api_version, correlation_id, client_len = _HDR.unpack_from(frame, 0)
+    pos = _HDR.size
+    client_id: str | None = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise InvalidRequest("truncated client id")
+        client_id = frame[pos : pos + client_len].decode("utf-8", "replace")
+        pos += client_len
+    header = RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    spec = SUPPORTED.get(api_key)
+    if spec is None or not spec.min_version <= api_version <= spec.max_version:
+        raise UnsupportedVersion(header)
+    if spec.is_flexible(api_version):
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise InvalidRequest("truncated header tagged fields")
+        header.size = pos
+    return header
+
+
+def decode_body(header: RequestHeader, frame: bytes) -> Any:
+    """Decode the request body that follows the header.
+
+    Raises:
+        InvalidRequest: the body does not match the schema.
+    """
+    spec = SUPPORTED[header.api_key]
+    try:
+        return spec.request.decode(memoryview(frame)[header.size :], version=header.api_version)
+    except Exception as exc:  # the generated decoders raise assorted types
+        raise InvalidRequest(f"undecodable {spec.name} v{header.api_version}: {exc}") from exc
+
+
+def encode_response(header: RequestHeader, response: Any) -> bytes:
+    """Encode ``response`` for ``header``'s version, framed, with the response header.
+
+    ApiVersions responses always use header v0 (clients parse them before
+    they know whether the broker speaks flexible headers).
+    """
+    spec = SUPPORTED[header.api_key]
+    body = response.encode(version=header.api_version)
+    flexible = spec.is_flexible(header.api_version) and header.api_key != API_VERSIONS_KEY
+    head_len = 5 if flexible else 4
+    out = _RESP_HDR.pack(len(body) + head_len, header.correlation_id)
+    if flexible:
+        out += b"\x00"
+    return out + bytes(body)
+
+
+def encode_api_versions_fallback(correlation_id: int, error_code: int) -> bytes:
+    """ApiVersions v0 response, for a client asking with a version we lack.
+
+    Kafka answers an unsupported ApiVersions version with a v0 response that
+    carries UNSUPPORTED_VERSION and the full table, so the client can retry
+    with a version both sides know.
+    """
+    resp = metadata.ApiVersionsResponse[0](
+        error_code=error_code,
+        api_keys=api_version_entries(0),
+    )
+    body = resp.encode(version=0)
+    return _RESP_HDR.pack(len(body) + 4, correlation_id) + bytes(body)
+
+
+def api_version_entries(version: int) -> list[Any]:
+    """The ApiKeys array of an ApiVersions response at ``version``."""
+    entry = metadata.ApiVersionsResponse[version].ApiVersion
+    return [
+        entry(api_key=s.key, min_version=s.min_version, max_version=s.max_version)
+        for s in sorted(SUPPORTED.values(), key=lambda s: s.key)
+    ]

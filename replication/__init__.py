@@ -1,0 +1,1 @@
+"""Partition state, the replica manager and cluster metadata."""

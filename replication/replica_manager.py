@@ -1,0 +1,185 @@
+"""ReplicaManager: the partitions this broker hosts, append and read entry points.
+
+Handlers never touch logs directly: they append and read through here, so
+replication (ISR, acks=all purgatory) slots in without changing them.
+
+Concurrency: runs on the event loop. ``append`` wakes fetches waiting on the
+partition (the delayed-fetch purgatory) as soon as data lands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from config import BrokerConfig, TopicConfigs
+from config.topic import LogConfig
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.metadata import LocalMetadataStore, TopicInfo
+from replication.partition import Partition
+from storage.log.log import AppendResult, Log, ReadResult
+from storage.log.manager import LogManager, TopicPartition
+
+log = structlog.get_logger(__name__)
+
+
+class AppendWaiters:
+    """Fetches parked until data arrives on one of their partitions."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[TopicPartition, set[trio.Event]] = {}
+
+    def watch(self, tps: list[TopicPartition], event: trio.Event) -> None:
+        for tp in tps:
+            self._waiters.setdefault(tp, set()).add(event)
+
+    def unwatch(self, tps: list[TopicPartition], event: trio.Event) -> None:
+        for tp in tps:
+            waiting = self._waiters.get(tp)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[tp]
+
+    def notify(self, tp: TopicPartition) -> None:
+        for event in self._waiters.pop(tp, ()):
+            event.set()
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, store: LocalMetadataStore,
+                 logs: LogManager) -> None:
+        self.config = config
+        self.store = store
+        self.logs = logs
+        self.node_id: int = config["node.id"]
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.topic_configs: dict[str, TopicConfigs] = {}
+        self.waiters = AppendWaiters()
+        self._flushing: set[TopicPartition] = set()
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the logs of every known topic."""
+        for topic in self.store.topics.values():
+            self.topic_configs[topic.name] = TopicConfigs(self.config, topic.configs)
+        self.logs.load(self._log_config_for, self._topic_id_for)
+        for topic in self.store.topics.values():
+            self._ensure_partitions(topic)
+
+    def _log_config_for(self, topic: str) -> LogConfig | None:
+        tc = self.topic_configs.get(topic)
+        return tc.log_config() if tc is not None else None
+
+    def _topic_id_for(self, topic: str):
+        info = self.store.get(topic)
+        return info.topic_id if info else None
+
+    def _ensure_partitions(self, topic: TopicInfo) -> None:
+        cfg = self.topic_configs[topic.name].log_config()
+        for i in range(topic.partitions):
+            tp = (topic.name, i)
+            if tp in self.partitions:
+                continue
+            lg = self.logs.create(tp, topic.topic_id, cfg)
+            self.partitions[tp] = Partition(topic.name, i, topic.topic_id, lg, self.node_id,
+                                            topic.leader_epoch, [self.node_id], [self.node_id])
+
+    async def run(self) -> None:
+        """Background work: log chores and flushes requested by appends."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self.logs.run, self.high_watermark)
+            await trio.sleep_forever()
+
+    async def shutdown(self) -> None:
+        await self.logs.shutdown()
+
+    # -- topics -------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str],
+                           internal: bool = False) -> TopicInfo:
+        topic_configs = TopicConfigs(self.config, configs)
+        info = await self.store.create_topic(name, partitions, configs, internal)
+        self.topic_configs[name] = topic_configs
+        self._ensure_partitions(info)
+        log.info("topic created", topic=name, partitions=partitions, configs=configs)
+        return info
+
+    async def delete_topic(self, name: str) -> None:
+        info = await self.store.delete_topic(name)
+        for i in range(info.partitions):
+            self.partitions.pop((name, i), None)
+            self.waiters.notify((name, i))
+            await self.logs.delete((name, i))
+        self.topic_configs.pop(name, None)
+        log.info("topic deleted", topic=name)
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        await self.store.set_partitions(name, count)
+        self._ensure_partitions(self.store.topics[name])
+
+    async def set_topic_configs(self, name: str, configs: TopicConfigs) -> None:
+        await self.store.set_configs(name, configs.overrides)
+        self.topic_configs[name] = configs
+        cfg = configs.log_config()
+        for i in range(self.store.topics[name].partitions):
+            part = self.partitions.get((name, i))
+            if part is not None:
+                part.log.config = cfg
+
+    # -- data path ----------------------------------------------------------------
+
+    def partition(self, tp: TopicPartition) -> Partition:
+        """The partition, or KafkaApiError(UNKNOWN_TOPIC_OR_PARTITION)."""
+        part = self.partitions.get(tp)
+        if part is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]}")
+        return part
+
+    def high_watermark(self, tp: TopicPartition) -> int:
+        part = self.partitions.get(tp)
+        return part.high_watermark if part is not None else 0
+
+    def append(self, tp: TopicPartition, data: bytearray) -> AppendResult:
+        """Append a produced record set as leader.
+
+        Raises:
+            KafkaApiError: unknown partition or invalid records.
+        """
+        part = self.partition(tp)
+        result = part.log.append_as_leader(data, part.leader_epoch)
+        self.waiters.notify(tp)
+        if result.needs_flush:
+            self._schedule_flush(tp, part.log)
+        return result
+
+    def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
+        if tp in self._flushing or self._nursery is None:
+            return
+        self._flushing.add(tp)
+
+        async def flush() -> None:
+            try:
+                await lg.flush()
+            finally:
+                self._flushing.discard(tp)
+
+        self._nursery.start_soon(flush)
+
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
+             min_one_batch: bool) -> tuple[Partition, ReadResult]:
+        """Read for a consumer, up to the high watermark (or LSO).
+
+        Raises:
+            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
+        """
+        part = self.partition(tp)
+        limit = part.last_stable_offset if committed_only else part.high_watermark
+        if offset > part.high_watermark and offset <= part.log.end_offset:
+            return part, ReadResult(b"", offset)
+        return part, part.log.read(offset, max_bytes, limit, min_one_batch)

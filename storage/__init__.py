@@ -1,0 +1,1 @@
+"""Storage: the local log (storage.log) and the remote tier (storage.remote)."""

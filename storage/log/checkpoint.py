@@ -1,0 +1,115 @@
+"""Kafka's small text checkpoint files.
+
+Offset checkpoints (``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint``)::
+
+    0                       version
+    2                       entry count
+    my-topic 0 1234         topic partition offset
+    my-topic 1 99
+
+``leader-epoch-checkpoint`` has the same header with ``epoch start_offset``
+entries. ``partition.metadata`` holds the topic id::
+
+    version: 0
+    topic_id: <22-char base64url uuid>
+
+Writes go to a temp file that is renamed over the old one, so a crash leaves
+either the old or the new content; a missing or corrupt file reads as empty
+(the log then recovers from its segments).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+VERSION = 0
+
+
+def atomic_write(path: str, text: str, fsync: bool = False) -> None:
+    """Replace ``path`` with ``text`` via rename. ``fsync`` only off the event loop."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_entries(path: str, width: int) -> list[list[str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    try:
+        if int(lines[0]) != VERSION:
+            raise ValueError("version")
+        count = int(lines[1])
+        entries = [line.split() for line in lines[2 : 2 + count]]
+        if len(entries) != count or any(len(e) != width for e in entries):
+            raise ValueError("count")
+        return entries
+    except (ValueError, IndexError):
+        log.warning("ignoring corrupt checkpoint", path=path)
+        return []
+
+
+def read_offsets(path: str) -> dict[tuple[str, int], int]:
+    """Read an offset checkpoint; {} if missing or corrupt."""
+    out: dict[tuple[str, int], int] = {}
+    for topic, part, off in _read_entries(path, 3):
+        try:
+            out[(topic, int(part))] = int(off)
+        except ValueError:
+            return {}
+    return out
+
+
+def write_offsets(path: str, offsets: dict[tuple[str, int], int], fsync: bool = False) -> None:
+    lines = [str(VERSION), str(len(offsets))]
+    lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+    atomic_write(path, "\n".join(lines) + "\n", fsync)
+
+
+def read_epochs(path: str) -> list[tuple[int, int]]:
+    """Read a leader-epoch-checkpoint as (epoch, start_offset) pairs."""
+    try:
+        return [(int(e), int(o)) for e, o in _read_entries(path, 2)]
+    except ValueError:
+        return []
+
+
+def format_epochs(entries: list[tuple[int, int]]) -> str:
+    lines = [str(VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]
+    return "\n".join(lines) + "\n"
+
+
+def topic_id_to_str(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: base64url of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def topic_id_from_str(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+
+
+def write_partition_metadata(directory: str, topic_id: uuid.UUID) -> None:
+    atomic_write(os.path.join(directory, "partition.metadata"),
+                 f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n")
+
+
+def read_partition_metadata(directory: str) -> uuid.UUID | None:
+    try:
+        with open(os.path.join(directory, "partition.metadata"), encoding="utf-8") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        return topic_id_from_str(fields["topic_id"].strip())
+    except (OSError, KeyError, ValueError):
+        return None
