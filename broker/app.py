@@ -25,6 +25,10 @@ from storage.log.manager import LogManager
 log = structlog.get_logger(__name__)
 
 
+class ListenError(Exception):
+    """The listener address cannot be bound (in use, not local, no permission)."""
+
+
 def build(config: BrokerConfig) -> BrokerContext:
     """Open the metadata store and every log (recovery happens here)."""
     store = LocalMetadataStore(config.log_dir, config["node.id"], config["cluster.id"])
@@ -49,7 +53,10 @@ async def run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
-            listeners = await nursery.start(serve, ctx, host, port)
+            try:
+                listeners = await nursery.start(serve, ctx, host, port)
+            except OSError as exc:
+                raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
             bound_port = listeners[0].socket.getsockname()[1]
             if ctx.port == 0:
                 ctx.port = bound_port

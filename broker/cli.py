@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fmt = "json" if args.log_json else config["tierd.log.format"]
     configure_logging(fmt, config["tierd.log.level"])
-    from broker.app import run
+    from broker.app import ListenError, run
 
-    trio.run(run, config)
+    try:
+        trio.run(run, config)
+    except ListenError as exc:
+        print(f"tierd: {exc}", file=sys.stderr)
+        return 1
     return 0

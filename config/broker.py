@@ -18,6 +18,7 @@ import structlog
 
 from config.defs import LONG_MAX, ConfigDef, ConfigError
 from config.defs import ConfigType as T
+from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +94,7 @@ _DEFS: list[ConfigDef] = [
               choices=("debug", "info", "warning", "error")),
 ]
 
-DEFS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+DEFS: dict[str, ConfigDef] = {d.name: d for d in [*_DEFS, *REMOTE_BROKER_DEFS]}
 
 # Keys of Apache Kafka that tierd accepts without a warning and does not use
 # (thread pools and socket buffers that have no meaning on trio).

@@ -78,7 +78,7 @@ class ConfigDef:
             if self.type is ConfigType.LIST:
                 return [p.strip() for p in text.split(",") if p.strip()]
         except ValueError:
-            raise ConfigError(self.name, raw, f"expected a {self.type.name.lower()}") from None
+            raise ConfigError(self.name, raw, f"expected type {self.type.name.lower()}") from None
         return text
 
     def _validate(self, value: Any) -> None:

@@ -16,6 +16,8 @@ from config.broker import DEFS as BROKER_DEFS
 from config.broker import BrokerConfig
 from config.defs import ConfigDef, ConfigError
 from config.defs import ConfigType as T
+from config.remote import TOPIC_DEFS as REMOTE_TOPIC_DEFS
+from config.remote import TOPIC_SYNONYMS as REMOTE_TOPIC_SYNONYMS
 
 # topic key -> broker synonym (the broker key whose value is the default)
 SYNONYMS: dict[str, str] = {
@@ -39,6 +41,7 @@ SYNONYMS: dict[str, str] = {
     "segment.jitter.ms": "log.roll.jitter.ms",
     "segment.ms": "log.roll.ms",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    **REMOTE_TOPIC_SYNONYMS,
 }
 
 # Topic keys with no broker synonym.
@@ -52,6 +55,7 @@ _OWN: dict[str, ConfigDef] = {
         ConfigDef("message.downconversion.enable", T.BOOLEAN, True, "Down-conversion (unused)."),
         ConfigDef("follower.replication.throttled.replicas", T.LIST, [], "Throttling (unused)."),
         ConfigDef("leader.replication.throttled.replicas", T.LIST, [], "Throttling (unused)."),
+        *REMOTE_TOPIC_DEFS,
     )
 }
 
@@ -91,6 +95,11 @@ class LogConfig:
     timestamp_before_max_ms: int
     timestamp_after_max_ms: int
     cleanup_policy: tuple[str, ...]
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -1
+    local_retention_bytes: int = -1
+    remote_copy_disable: bool = False
+    remote_delete_on_disable: bool = False
 
 
 class TopicConfigs:
@@ -101,6 +110,32 @@ class TopicConfigs:
         self.overrides: dict[str, str] = {}
         self._typed: dict[str, Any] = {}
         self.update(overrides or {})
+        self.check_consistency()
+
+    def check_consistency(self) -> None:
+        """Rules that involve several keys (Kafka's LogConfig validation).
+
+        Raises:
+            ConfigError: tiering on a compacted topic or with the broker's
+                tiering off, or local retention above total retention.
+        """
+        if not self.get("remote.storage.enable"):
+            return
+        if not self.broker["remote.log.storage.system.enable"]:
+            raise ConfigError("remote.storage.enable", "true",
+                              "Tiered Storage functionality is disabled in the broker "
+                              "(remote.log.storage.system.enable=false)")
+        if "compact" in self.get("cleanup.policy"):
+            raise ConfigError("remote.storage.enable", "true",
+                              "Remote log storage is not supported for compacted topics")
+        for local_key, total_key in (("local.retention.ms", "retention.ms"),
+                                     ("local.retention.bytes", "retention.bytes")):
+            local, total = self.get(local_key), self.get(total_key)
+            if local == -2 or total == -1:
+                continue
+            if local == -1 or local > total:
+                raise ConfigError(local_key, local,
+                                  f"must be <= {total_key} ({total}); -2 means use {total_key}")
 
     @staticmethod
     def validate(overrides: Mapping[str, str | None]) -> dict[str, Any]:
@@ -167,4 +202,11 @@ class TopicConfigs:
             timestamp_before_max_ms=g("message.timestamp.before.max.ms"),
             timestamp_after_max_ms=g("message.timestamp.after.max.ms"),
             cleanup_policy=tuple(g("cleanup.policy")),
+            remote_storage_enable=g("remote.storage.enable"),
+            local_retention_ms=g("retention.ms") if g("local.retention.ms") == -2
+            else g("local.retention.ms"),
+            local_retention_bytes=g("retention.bytes") if g("local.retention.bytes") == -2
+            else g("local.retention.bytes"),
+            remote_copy_disable=g("remote.log.copy.disable"),
+            remote_delete_on_disable=g("remote.log.delete.on.disable"),
         )

@@ -76,7 +76,7 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
     if len(configs) != len(t.configs):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate config keys")
     try:
-        TopicConfigs.validate(configs)
+        TopicConfigs(ctx.config, configs)
     except ConfigError as exc:
         raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     return partitions, rf, configs

@@ -66,6 +66,9 @@ class Log:
         self.producers = ProducerStateManager()
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        # A roll makes the previous segment immutable; like Kafka we fsync it
+        # soon after, so the recovery point keeps up without a flush policy.
+        self._rolled_since_flush = False
 
     # -- construction -------------------------------------------------------
 
@@ -235,13 +238,15 @@ class Log:
         if self.active.is_empty and self.active.base_offset == base:
             return self.active
         seg = self._add_segment(base)
+        self._rolled_since_flush = True
         log.debug("rolled segment", topic=self.topic, partition=self.partition, base_offset=base)
         return seg
 
     # -- flush --------------------------------------------------------------
 
     def _flush_due(self, now: int) -> bool:
-        return (self._unflushed_messages >= self.config.flush_messages
+        return (self._rolled_since_flush
+                or self._unflushed_messages >= self.config.flush_messages
                 or now - self._last_flush_ms >= self.config.flush_ms)
 
     async def flush(self) -> None:
@@ -251,6 +256,7 @@ class Log:
             return
         dirty = [s for s in self.segments if s.last_offset >= self.recovery_point or s is self.active]
         self._unflushed_messages = 0
+        self._rolled_since_flush = False
         self._last_flush_ms = self._clock()
         await trio.to_thread.run_sync(_fsync_segments, dirty)
         self.recovery_point = max(self.recovery_point, end)
