@@ -21,7 +21,7 @@ system:
 	$(PYTHON) -m pytest -q system_tests
 
 bench: deps
-	$(PYTHON) -m bench
+	$(PYTHON) -m bench $(BENCH_ARGS)
 
 fmt:
 	$(PYTHON) -m ruff format protocol broker storage replication config tests system_tests bench

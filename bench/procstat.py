@@ -1,0 +1,73 @@
+"""Broker CPU accounting from ``/proc/<pid>/stat`` (Linux only)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+# Field positions counted after the ``(comm)`` field (state is index 0).
+_UTIME, _STIME, _CUTIME, _CSTIME = 11, 12, 13, 14
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """Return the whitespace-separated fields of /proc/<pid>/stat that follow ``comm``."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def process_cpu_ticks(pid: int, include_reaped_children: bool = False) -> int:
+    """Return utime+stime of ``pid`` in clock ticks (optionally plus its reaped children)."""
+    fields = _stat_fields(pid)
+    ticks = int(fields[_UTIME]) + int(fields[_STIME])
+    if include_reaped_children:
+        ticks += int(fields[_CUTIME]) + int(fields[_CSTIME])
+    return ticks
+
+
+def _parent_map() -> dict[int, list[int]]:
+    """Return ppid -> [pid, ...] for every process visible in /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int(_stat_fields(int(entry.name))[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    return parents
+
+
+def descendant_pids(pid: int, limit: int = 1024) -> list[int]:
+    """Return all live descendants of ``pid`` (breadth first, at most ``limit``)."""
+    parents = _parent_map()
+    found: list[int] = []
+    frontier = [pid]
+    while frontier and len(found) < limit:
+        nxt = [child for parent in frontier for child in parents.get(parent, [])]
+        found.extend(nxt)
+        frontier = nxt
+    return found[:limit]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """Return CPU seconds (user+system) used by ``pid`` and its descendants so far.
+
+    Reaped children are included through the root's cutime/cstime, so a broker that
+    forks short-lived helpers is still charged for them.
+    """
+    ticks = process_cpu_ticks(pid, include_reaped_children=True)
+    for child in descendant_pids(pid):
+        try:
+            ticks += process_cpu_ticks(child, include_reaped_children=True)
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / CLOCK_TICKS_PER_SECOND
+
+
+def own_cpu_seconds() -> float:
+    """Return CPU seconds used by the benchmark process itself (all threads)."""
+    times = os.times()
+    return times.user + times.system

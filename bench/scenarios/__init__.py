@@ -1,0 +1,9 @@
+"""Built-in scenarios; importing this package registers them in order.
+
+To add one, write ``bench/scenarios/<name>.py`` that calls
+:func:`bench.registry.register` at import time and import it here.
+"""
+
+from bench.scenarios import e2e_latency, throughput
+
+__all__ = ["throughput", "e2e_latency"]

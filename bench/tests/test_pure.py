@@ -1,0 +1,102 @@
+"""Fast checks of the harness's pure logic (no broker needed): ``pytest bench/tests``."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+from bench.brokers import BrokerSpec, free_loopback_port, port_accepts
+from bench.config import REPO_ROOT, BenchConfig
+from bench.payload import Verifier, make_value, parse_header, payload_set
+from bench.procstat import descendant_pids, tree_cpu_seconds
+from bench.report import format_table
+from bench.results import Target, TargetKind, Verdict
+from bench.scenarios.throughput import matrix
+from bench.stats import median, percentile, ratio
+
+
+def test_median_and_percentile() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert math.isnan(median([]))
+    assert median([math.nan, 5.0]) == 5.0
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.5
+    assert math.isclose(percentile(values, 99), 99.01)
+    assert math.isnan(ratio(1.0, 0.0))
+
+
+def test_targets() -> None:
+    at_least = Target("m", TargetKind.RATIO_AT_LEAST, 1.0, cases="*-1KiB-lz4")
+    assert at_least.applies_to("acks1-1KiB-lz4", "m")
+    assert not at_least.applies_to("acks1-100B-lz4", "m")
+    assert at_least.evaluate(10.0, 10.0) is Verdict.PASS
+    assert at_least.evaluate(9.0, 10.0) is Verdict.FAIL
+    assert at_least.evaluate(9.0, math.nan) is Verdict.NA
+    at_most = Target("c", TargetKind.RATIO_AT_MOST, 1.5)
+    assert at_most.evaluate(15.0, 10.0) is Verdict.PASS
+    assert at_most.evaluate(16.0, 10.0) is Verdict.FAIL
+    absolute = Target("p99", TargetKind.ABSOLUTE_AT_MOST, 50.0, unit="ms")
+    assert absolute.evaluate(49.0, math.nan) is Verdict.PASS
+    assert absolute.describe() == "<= 50 ms"
+
+
+def test_matrix_has_eight_named_cases() -> None:
+    names = [c.name for c in matrix()]
+    assert len(names) == len(set(names)) == 8
+    assert "acksall-1KiB-lz4" in names and "acks1-100B-none" in names
+
+
+def test_payload_roundtrip_and_verifier() -> None:
+    value = make_value(7, 100, send_ns=123)
+    assert len(value) == 100 and parse_header(value) == (7, 123)
+    payloads = payload_set(50, 1024)
+    assert all(len(v) == 1024 for v in payloads.values)
+    verifier = Verifier(payloads.crcs)
+    for v in payloads.values[:-1]:
+        verifier.feed(v)
+    assert not verifier.ok()
+    verifier.feed(payloads.values[0])
+    verifier.feed(payloads.values[-1][:-1] + b"X")
+    verifier.feed(payloads.values[-1])
+    assert verifier.complete() and verifier.duplicates == 1 and verifier.bad_crc == 1
+    assert not verifier.ok()
+
+
+def test_format_table_aligns_columns() -> None:
+    text = format_table(["a", "bb"], [["x", "1"], ["yyy", "22"]], right={1})
+    lines = text.splitlines()
+    assert lines[0] == "a    bb"
+    assert lines[2] == "x     1"
+    assert lines[3] == "yyy  22"
+
+
+def test_command_template_and_count_scaling() -> None:
+    spec = BrokerSpec("x", "X", "{python} -m broker --port {port} --dir {data_dir}", REPO_ROOT)
+    argv = spec.command(1234, REPO_ROOT / "a b")
+    assert argv[0] == sys.executable and argv[-1] == str(REPO_ROOT / "a b")
+    cfg = BenchConfig(scale=0.1)
+    assert cfg.count_for(100) == cfg.small_count // 10
+    assert cfg.count_for(1024) == cfg.large_count // 10
+
+
+def test_free_port_is_closed() -> None:
+    assert not port_accepts(free_loopback_port(), timeout=0.2)
+
+
+def test_tree_cpu_counts_a_busy_child() -> None:
+    busy = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass\n"
+    busy += "time.sleep(5)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tree_cpu_seconds(child.pid) < 0.25:
+            time.sleep(0.05)
+        assert tree_cpu_seconds(child.pid) >= 0.25
+        assert child.pid in descendant_pids(os.getpid())
+    finally:
+        child.kill()
+        child.wait(timeout=5)
