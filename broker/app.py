@@ -1,7 +1,8 @@
 """Assembles the broker from its parts and runs it until a signal arrives.
 
 Startup order: metadata store (cluster id, topics) -> logs (recovery) ->
-metrics endpoint -> TCP listener. Shutdown on SIGTERM/SIGINT: stop accepting,
+metrics endpoint -> group coordinator (replays __consumer_offsets) -> TCP
+listener. Shutdown on SIGTERM/SIGINT: stop accepting,
 cancel connections, flush and checkpoint every log, write the clean-shutdown
 marker.
 """
@@ -15,8 +16,10 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.server import serve
+from broker.tiering import build_tiering
 from config import BrokerConfig
 from replication.metadata import LocalMetadataStore
 from replication.replica_manager import ReplicaManager
@@ -39,11 +42,13 @@ def build(config: BrokerConfig) -> BrokerContext:
     metrics.add_log_sizes(lambda: [(t, p, part.log.size)
                                    for (t, p), part in list(replicas.partitions.items())])
     host, port = config.advertised
-    return BrokerContext(config, store, replicas, metrics, config["node.id"], host, port)
+    return BrokerContext(config, store, replicas, metrics, config["node.id"], host, port,
+                         GroupCoordinator(config, replicas))
 
 
 async def run(config: BrokerConfig) -> None:
     ctx = build(config)
+    tiering = build_tiering(config, ctx.replicas, ctx.metrics.registry)
     metrics_port = config["tierd.metrics.port"]
     metrics_url = "off"
     if metrics_port >= 0:
@@ -53,6 +58,10 @@ async def run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
+            if tiering is not None:
+                await nursery.start(tiering.run)
+            if ctx.groups is not None:
+                await nursery.start(ctx.groups.run)
             try:
                 listeners = await nursery.start(serve, ctx, host, port)
             except OSError as exc:
@@ -69,5 +78,7 @@ async def run(config: BrokerConfig) -> None:
                 nursery.cancel_scope.cancel()
                 break
     with trio.CancelScope(shield=True):
+        if tiering is not None:
+            await tiering.close()
         await ctx.replicas.shutdown()
     log.info("tierd stopped")

@@ -58,4 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except ListenError as exc:
         print(f"tierd: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        print(f"tierd: configuration error: {exc}", file=sys.stderr)
+        return 2
     return 0

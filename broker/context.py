@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 
+from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from config import BrokerConfig
 from replication.metadata import LocalMetadataStore
@@ -19,7 +21,14 @@ class BrokerContext:
     node_id: int
     host: str
     port: int
+    groups: GroupCoordinator | None = None
 
     @property
     def cluster_id(self) -> str:
         return self.store.cluster_id
+
+
+# The peer of the connection whose request is being handled, as Kafka prints
+# it ("/127.0.0.1"; JoinGroup records it as the member's client host). Set by
+# the server in each connection's task, so every request sees its own.
+client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 import trio
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, client_host
 from broker.handlers import HANDLERS
 from protocol import api
 from protocol.errors import ErrorCode
@@ -44,11 +44,13 @@ class Connection:
         self.stream = stream
         self.decoder = FrameDecoder(ctx.config["socket.request.max.bytes"])
         try:
-            self.peer = "%s:%s" % stream.socket.getpeername()[:2]
+            host, port = stream.socket.getpeername()[:2]
+            self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
 
     async def serve(self) -> None:
+        client_host.set("/" + self.peer.rpartition(":")[0])
         metrics = self.ctx.metrics
         metrics.connections.inc()
         metrics.connections_total.inc()
@@ -76,16 +78,24 @@ class Connection:
                 return
             self.decoder.feed(data)
             out: list[bytes] = []
-            while True:
-                try:
-                    frame = self.decoder.next_frame()
-                except FrameTooLarge as exc:
-                    self._reject("frame_too_large", str(exc))
-                if frame is None:
-                    break
-                response = await self._handle(frame)
-                if response is not None:
-                    out.append(response)
+            try:
+                while True:
+                    try:
+                        frame = self.decoder.next_frame()
+                    except FrameTooLarge as exc:
+                        self._reject("frame_too_large", str(exc))
+                    if frame is None:
+                        break
+                    response = await self._handle(frame)
+                    if response is not None:
+                        out.append(response)
+            except CloseConnection:
+                # Requests before the bad one were handled (a produce may be
+                # appended): answer them before closing, as Kafka does.
+                if out:
+                    with trio.move_on_after(5):
+                        await self.stream.send_all(b"".join(out))
+                raise
             if out:
                 await self.stream.send_all(b"".join(out) if len(out) > 1 else out[0])
 

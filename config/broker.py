@@ -86,6 +86,22 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("fetch.max.bytes", T.INT, 57671680, "Max bytes of a fetch response.", at_least=0),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Unclean election."),
     ConfigDef("cluster.id", T.STRING, None, "Cluster id; generated on first start if unset."),
+    ConfigDef("group.min.session.timeout.ms", T.INT, 6000, "Smallest session timeout a group "
+              "member may ask for.", at_least=0),
+    ConfigDef("group.max.session.timeout.ms", T.INT, 1800000, "Largest session timeout a group "
+              "member may ask for.", at_least=0),
+    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before "
+              "the first rebalance of an empty group.", at_least=0),
+    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets "
+              "(fixed once the topic exists).", at_least=1),
+    ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "
+              "__consumer_offsets.", at_least=1),
+    ConfigDef("offsets.retention.minutes", T.INT, 10080, "How long committed offsets of an "
+              "empty group are kept.", at_least=1),
+    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600000, "Period of the expired "
+              "offsets check.", at_least=1),
+    ConfigDef("offset.metadata.max.bytes", T.INT, 4096, "Largest metadata string of a "
+              "committed offset.", at_least=0),
     ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
@@ -102,7 +118,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "group.initial.rebalance.delay.ms", "process.roles",
+    "transaction.state.log.min.isr", "process.roles",
     "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
     "listener.security.protocol.map", "zookeeper.connect", "zookeeper.connection.timeout.ms",
     "num.replica.fetchers",

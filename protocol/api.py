@@ -62,6 +62,18 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
         _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
         _spec(producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 5),
+        # Classic consumer groups (broker/handlers/groups.py, offsets.py).
+        _spec(metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 1, 6),
+        _spec(consumer.JoinGroupRequest, consumer.JoinGroupResponse, 2, 9),
+        _spec(consumer.SyncGroupRequest, consumer.SyncGroupResponse, 1, 5),
+        _spec(consumer.HeartbeatRequest, consumer.HeartbeatResponse, 1, 4),
+        _spec(consumer.LeaveGroupRequest, consumer.LeaveGroupResponse, 1, 5),
+        _spec(consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 9),
+        _spec(consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 9),
+        _spec(consumer.OffsetDeleteRequest, consumer.OffsetDeleteResponse, 0, 0),
+        _spec(admin.ListGroupsRequest, admin.ListGroupsResponse, 1, 5),
+        _spec(admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 1, 5),
+        _spec(admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
     )
 }
 
@@ -145,9 +157,39 @@ def decode_body(header: RequestHeader, frame: bytes) -> Any:
     """
     spec = SUPPORTED[header.api_key]
     try:
-        return spec.request.decode(memoryview(frame)[header.size :], version=header.api_version)
+        request = spec.request.decode(memoryview(frame)[header.size :], version=header.api_version)
     except Exception as exc:  # the generated decoders raise assorted types
         raise InvalidRequest(f"undecodable {spec.name} v{header.api_version}: {exc}") from exc
+    _check_nulls(spec.request._struct.fields, request, header.api_version, spec.name)
+    return request
+
+
+def _check_nulls(fields: Any, obj: Any, version: int, path: str) -> None:
+    """Refuse nulls in fields the schema says may not be null (Kafka does too).
+
+    The generated decoders turn a length of -1 into None whatever the schema
+    says; without this check a handler would iterate None.
+
+    Raises:
+        InvalidRequest: naming the first such field.
+    """
+    for field in fields.values():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        value = getattr(obj, field.name, None)
+        where = f"{path}.{field.name}"
+        if value is None:
+            # A uuid decodes to None when it is all zeros, its legal "unset".
+            if field.nullable_for_version_q(version) or field.type_str == "uuid":
+                continue
+            raise InvalidRequest(f"non-nullable field {where} is null")
+        if field.is_struct_array():
+            for item in value:
+                _check_nulls(field.fields, item, version, where)
+        elif field.is_struct():
+            _check_nulls(field.fields, value, version, where)
+        elif field.is_array() and any(item is None for item in value):
+            raise InvalidRequest(f"null element in non-nullable array {where}")
 
 
 def encode_response(header: RequestHeader, response: Any) -> bytes:

@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -63,9 +64,9 @@ class TopicInfo:
                 "internal": self.internal}
 
     @classmethod
-    def from_json(cls, name: str, data: dict[str, object]) -> TopicInfo:
-        return cls(name, topic_id_from_str(str(data["id"])), int(data["partitions"]),  # type: ignore[call-overload]
-                   dict(data.get("configs") or {}), int(data.get("leader_epoch", 0)),  # type: ignore[call-overload, arg-type]
+    def from_json(cls, name: str, data: dict[str, Any]) -> TopicInfo:
+        return cls(name, topic_id_from_str(str(data["id"])), int(data["partitions"]),
+                   dict(data.get("configs") or {}), int(data.get("leader_epoch", 0)),
                    bool(data.get("internal", False)))
 
 
@@ -81,6 +82,7 @@ class LocalMetadataStore:
         self.cluster_id = self._load_meta(cluster_id)
         self._load_topics()
         self._next_pid, self._pid_block_end = self._load_producer_ids()
+        self._pid_lock = trio.Lock()
 
     def _load_producer_ids(self) -> tuple[int, int]:
         try:
@@ -91,16 +93,21 @@ class LocalMetadataStore:
         return end, end
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, even across crashes."""
-        if self._next_pid >= self._pid_block_end:
-            end = self._next_pid + PRODUCER_ID_BLOCK
-            await trio.to_thread.run_sync(
-                checkpoint.atomic_write, os.path.join(self.log_dir, PRODUCER_IDS_FILE),
-                f"{end}\n", True)
-            self._pid_block_end = end
-        pid = self._next_pid
-        self._next_pid += 1
-        return pid
+        """A producer id never handed out before, even across crashes.
+
+        Concurrency: callers that find the block used up queue on a lock; the
+        first persists the next block, the others then take ids from it.
+        """
+        async with self._pid_lock:
+            if self._next_pid >= self._pid_block_end:
+                end = self._next_pid + PRODUCER_ID_BLOCK
+                await trio.to_thread.run_sync(
+                    checkpoint.atomic_write, os.path.join(self.log_dir, PRODUCER_IDS_FILE),
+                    f"{end}\n", True)
+                self._pid_block_end = end
+            pid = self._next_pid
+            self._next_pid += 1
+            return pid
 
     def _load_meta(self, configured: str | None) -> str:
         path = os.path.join(self.log_dir, META_FILE)

@@ -31,4 +31,7 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """The high watermark, held back to the start of the oldest open transaction."""
+        first_unstable = self.log.first_unstable_offset
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)

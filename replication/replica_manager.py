@@ -9,8 +9,6 @@ partition (the delayed-fetch purgatory) as soon as data lands.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import structlog
 import trio
 
@@ -21,6 +19,9 @@ from replication.metadata import LocalMetadataStore, TopicInfo
 from replication.partition import Partition
 from storage.log.log import AppendResult, Log, ReadResult
 from storage.log.manager import LogManager, TopicPartition
+from storage.log.producer_state import AppendOrigin
+from storage.remote.manager import RemoteLogManager
+from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,8 @@ class ReplicaManager:
         self.waiters = AppendWaiters()
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
+        # The RemoteLogManager when tiered storage is on (set by the app).
+        self.remote: RemoteLogManager | None = None
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -86,8 +89,22 @@ class ReplicaManager:
             if tp in self.partitions:
                 continue
             lg = self.logs.create(tp, topic.topic_id, cfg)
-            self.partitions[tp] = Partition(topic.name, i, topic.topic_id, lg, self.node_id,
-                                            topic.leader_epoch, [self.node_id], [self.node_id])
+            part = Partition(topic.name, i, topic.topic_id, lg, self.node_id,
+                             topic.leader_epoch, [self.node_id], [self.node_id])
+            self.partitions[tp] = part
+            self._start_tiering(part)
+
+    def _start_tiering(self, part: Partition) -> None:
+        """Hand a leader partition with tiering on to the RemoteLogManager."""
+        if self.remote is None or not part.log.config.remote_storage_enable:
+            return
+        tip = TopicIdPartition(part.topic_id, part.topic, part.index)
+        self.remote.start_partition(tip, part.log, lambda: part.last_stable_offset)
+
+    def start_tiering_all(self) -> None:
+        """After the remote metadata is loaded: start every tiered partition."""
+        for part in self.partitions.values():
+            self._start_tiering(part)
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -112,10 +129,13 @@ class ReplicaManager:
 
     async def delete_topic(self, name: str) -> None:
         info = await self.store.delete_topic(name)
+        tiered = self.topic_configs[name].get("remote.storage.enable")
         for i in range(info.partitions):
             self.partitions.pop((name, i), None)
             self.waiters.notify((name, i))
             await self.logs.delete((name, i))
+            if tiered and self.remote is not None:
+                self.remote.delete_partition(TopicIdPartition(info.topic_id, name, i))
         self.topic_configs.pop(name, None)
         log.info("topic deleted", topic=name)
 
@@ -129,8 +149,19 @@ class ReplicaManager:
         cfg = configs.log_config()
         for i in range(self.store.topics[name].partitions):
             part = self.partitions.get((name, i))
-            if part is not None:
-                part.log.config = cfg
+            if part is None:
+                continue
+            was_tiered = part.log.config.remote_storage_enable
+            part.log.config = cfg
+            if self.remote is None:
+                continue
+            tip = TopicIdPartition(part.topic_id, part.topic, part.index)
+            if cfg.remote_storage_enable:
+                self._start_tiering(part)
+                self.remote.wake()
+            elif was_tiered:
+                # KIP-950: turning tiering off requires remote.log.delete.on.disable.
+                self.remote.disable_partition(tip, part.log)
 
     # -- data path ----------------------------------------------------------------
 
@@ -145,14 +176,15 @@ class ReplicaManager:
         part = self.partitions.get(tp)
         return part.high_watermark if part is not None else 0
 
-    def append(self, tp: TopicPartition, data: bytearray) -> AppendResult:
-        """Append a produced record set as leader.
+    def append(self, tp: TopicPartition, data: bytearray,
+               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        """Append a produced record set as leader (``origin``: see ``Log.append_as_leader``).
 
         Raises:
             KafkaApiError: unknown partition or invalid records.
         """
         part = self.partition(tp)
-        result = part.log.append_as_leader(data, part.leader_epoch)
+        result = part.log.append_as_leader(data, part.leader_epoch, origin)
         self.waiters.notify(tp)
         if result.needs_flush:
             self._schedule_flush(tp, part.log)

@@ -18,10 +18,12 @@ from broker.handlers import (
     api_versions,
     cluster,
     fetch,
+    groups,
     init_producer_id,
     leader_epoch,
     list_offsets,
     metadata,
+    offsets,
     produce,
 )
 from protocol.api import RequestHeader
@@ -30,5 +32,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
-                admin_topics, admin_configs, cluster, init_producer_id):
+                admin_topics, admin_configs, cluster, init_producer_id, groups, offsets):
     HANDLERS.update(_module.HANDLERS)

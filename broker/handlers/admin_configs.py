@@ -98,6 +98,7 @@ async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"Topic {r.resource_name!r} does not exist")
         new = TopicConfigs(ctx.config, build(current))
+        _check_tiering_change(current, new)
         if not validate_only:
             await ctx.replicas.set_topic_configs(r.resource_name, new)
             log.info("topic configs altered", topic=r.resource_name, configs=new.overrides)
@@ -108,6 +109,23 @@ async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
     except KafkaApiError as exc:
         ctx.metrics.error(api, exc.code)
         return exc.code, exc.message
+
+
+def _check_tiering_change(current: TopicConfigs, new: TopicConfigs) -> None:
+    """KIP-950: tiering may only be turned off together with deleting remote data.
+
+    Raises:
+        ConfigError: remote.storage.enable true -> false without
+            remote.log.delete.on.disable=true.
+    """
+    if (current.get("remote.storage.enable") and not new.get("remote.storage.enable")
+            and not new.get("remote.log.delete.on.disable")):
+        raise ConfigError(
+            "remote.storage.enable", "false",
+            "It is invalid to disable remote storage without deleting remote data. To keep "
+            "the remote data read-only set remote.storage.enable=true,remote.log.copy.disable="
+            "true; to disable it and delete all remote data set remote.storage.enable=false,"
+            "remote.log.delete.on.disable=true")
 
 
 async def handle_alter_configs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:

@@ -17,7 +17,6 @@ from broker.context import BrokerContext
 from protocol.api import RequestHeader
 
 
-
 async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     resp = DescribeClusterResponse[header.api_version]
     return resp(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,

@@ -6,6 +6,15 @@ Otherwise park on the partitions' append notifications until data arrives or
 max_wait_ms passes, then read again. An append wakes the fetch at once, so
 end-to-end latency is the time to append plus one read, not the max wait.
 
+Tiered partitions: a consumer fetch below the local log start reads from the
+remote tier. Unlike Kafka <= 4.1 (KAFKA-14915), every partition of the request
+that needs remote data gets it: the reads run concurrently, each within its
+share of fetch.max.bytes, and the response waits for them at most
+remote.fetch.max.wait.ms (KIP-1018). A partition whose remote read did not
+finish by then is answered empty without error (its high watermark tells the
+client there is more), and the client's retry joins the read still in flight.
+A follower gets OFFSET_MOVED_TO_TIERED_STORAGE and rebuilds from the tier.
+
 Fetch sessions (KIP-227): tierd answers every fetch as a full, session-less
 fetch (session id 0), which the protocol defines as correct; clients then
 keep sending full requests. A request naming a session id we never gave out
@@ -22,8 +31,10 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker.context import BrokerContext
 from broker.handlers.common import check_leader_epoch
+from protocol import records
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
+from replication.partition import Partition
 
 READ_COMMITTED = 1
 # Topic-id based fetch starts at v13.
@@ -54,9 +65,16 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
     wanted = _resolve(ctx, req, v)
     committed = req.isolation_level == READ_COMMITTED
     deadline = trio.current_time() + max(req.max_wait_ms, 0) / 1000
+    consumer = getattr(req, "replica_id", -1) < 0
     while True:
-        results, total, any_error = _read_all(ctx, wanted, req.max_bytes, committed)
-        if total >= req.min_bytes or any_error or trio.current_time() >= deadline:
+        results, total, any_error, remote = _read_all(ctx, wanted, req.max_bytes, committed,
+                                                      consumer)
+        if remote:
+            got, remote_error = await _read_remote(ctx, wanted, results, remote,
+                                                   req.max_bytes, total)
+            total += got
+            any_error = any_error or remote_error
+        if total >= req.min_bytes or any_error or remote or trio.current_time() >= deadline:
             break
         event = trio.Event()
         tps = [(w.topic, w.partition) for w in wanted]
@@ -82,12 +100,15 @@ def _resolve(ctx: BrokerContext, req: Any, v: int) -> list[_Wanted]:
     return wanted
 
 
-def _read_all(ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int,
-              committed: bool) -> tuple[list[tuple[ErrorCode, bytes]], int, bool]:
+def _read_all(ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int, committed: bool,
+              consumer: bool) -> tuple[list[tuple[ErrorCode, bytes]], int, bool, list[int]]:
+    """One local pass; returns results, bytes, whether any error, and the
+    indexes of partitions that need the remote tier."""
     results: list[tuple[ErrorCode, bytes]] = []
     total = 0
     any_error = False
-    for w in wanted:
+    remote: list[int] = []
+    for i, w in enumerate(wanted):
         if w.error:
             results.append((w.error, b""))
             any_error = True
@@ -100,11 +121,49 @@ def _read_all(ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int,
                                        min_one_batch=total == 0)
         except KafkaApiError as exc:
             results.append((exc.code, b""))
-            any_error = True
+            if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
+                    and ctx.replicas.remote is not None):
+                remote.append(i)
+            else:
+                any_error = True
             continue
         results.append((ErrorCode.NONE, got.data))
         total += len(got.data)
-    return results, total, any_error
+    return results, total, any_error, remote
+
+
+async def _read_remote(ctx: BrokerContext, wanted: list[_Wanted],
+                       results: list[tuple[ErrorCode, bytes]], remote: list[int],
+                       max_bytes: int, total: int) -> tuple[int, bool]:
+    """Read every remote partition concurrently; fills ``results`` in place.
+
+    Returns:
+        (bytes read, whether any partition got an error).
+    """
+    rlm = ctx.replicas.remote
+    assert rlm is not None
+    deadline = trio.current_time() + ctx.config["remote.fetch.max.wait.ms"] / 1000
+    budget = max(max_bytes - total, 0)
+    jobs = []
+    for n, i in enumerate(remote):
+        share = min(wanted[i].max_bytes, budget)
+        budget -= share
+        jobs.append((i, share, total == 0 and n == 0))
+    errors = []
+
+    async def one(i: int, share: int, min_one: bool) -> None:
+        w = wanted[i]
+        try:
+            data = await rlm.read((w.topic, w.partition), w.offset, share, min_one, deadline)
+            results[i] = (ErrorCode.NONE, data or b"")
+        except KafkaApiError as exc:
+            results[i] = (exc.code, b"")
+            errors.append(exc.code)
+
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            nursery.start_soon(one, *job)
+    return sum(len(results[i][1]) for i in remote), bool(errors)
 
 
 def _build(ctx: BrokerContext, resp: Any, v: int, wanted: list[_Wanted],
@@ -124,11 +183,23 @@ def _build(ctx: BrokerContext, resp: Any, v: int, wanted: list[_Wanted],
         by_topic.setdefault((w.topic, w.topic_id), []).append(part_cls(
             partition_index=w.partition, error_code=code, high_watermark=hw,
             last_stable_offset=lso, log_start_offset=start,
-            aborted_transactions=[] if committed else None, preferred_read_replica=-1,
+            aborted_transactions=_aborted(part_cls, part, w.offset, data) if committed else None,
+            preferred_read_replica=-1,
             records=data))
     topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
               for (name, tid), parts in by_topic.items()]
     return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+
+
+def _aborted(part_cls: Any, part: Partition | None, offset: int, data: bytes) -> list[Any]:
+    """Aborted transactions overlapping the batches in ``data`` (read_committed)."""
+    last = -1
+    for header in records.iter_headers(data):
+        last = header.last_offset
+    if part is None or last < offset:
+        return []
+    return [part_cls.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+            for t in part.log.collect_aborted(offset, last + 1)]
 
 
 HANDLERS = {FetchRequest.API_KEY: handle_fetch}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 import uuid
 
 import structlog
@@ -34,7 +35,9 @@ VERSION = 0
 
 def atomic_write(path: str, text: str, fsync: bool = False) -> None:
     """Replace ``path`` with ``text`` via rename. ``fsync`` only off the event loop."""
-    tmp = path + ".tmp"
+    # A name of its own per writer: two writers racing on one file (each
+    # renaming its own complete temp file) leave one whole version.
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         if fsync:

@@ -36,19 +36,26 @@ class LeaderEpochCache:
         self._save()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch``, its end offset), Kafka's endOffsetFor.
+        """(epoch, end offset) for OffsetForLeaderEpoch, as Kafka's endOffsetFor.
 
-        Returns (UNDEFINED_EPOCH, UNDEFINED_OFFSET) when ``epoch`` is older
-        than every entry.
+        - the latest epoch: (it, the log end offset);
+        - an epoch above every known one, or UNDEFINED: (UNDEFINED, UNDEFINED);
+        - an epoch below every known one: (the requested epoch, the first
+          known epoch's start offset), so a follower truncates there;
+        - otherwise: (the largest known epoch <= the requested one, the start
+          offset of the next known epoch).
         """
-        if not self.entries or epoch < self.entries[0][0]:
+        if epoch == UNDEFINED_EPOCH or not self.entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if epoch >= self.entries[-1][0]:
-            return self.entries[-1][0], log_end_offset
-        for i, (e, _) in enumerate(self.entries):
-            if e > epoch:
-                return self.entries[i - 1][0], self.entries[i][1]
-        return self.entries[-1][0], log_end_offset
+        if epoch == self.entries[-1][0]:
+            return epoch, log_end_offset
+        higher = next(((e, o) for e, o in self.entries if e > epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        floor = [(e, o) for e, o in self.entries if e <= epoch]
+        if not floor:
+            return epoch, higher[1]
+        return floor[-1][0], higher[1]
 
     def epoch_for_offset(self, offset: int) -> int:
         found = UNDEFINED_EPOCH

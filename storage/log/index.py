@@ -31,7 +31,11 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_bytes // self.entry.size)
+        # A segment always has both index files (the remote tier copies them);
+        # one missing at open time must be rebuilt from the log, not trusted.
+        self.existed = os.path.exists(path)
         self._fd: int | None = None
+        self._open()
 
     def _open(self) -> int:
         if self._fd is None:
@@ -117,7 +121,7 @@ class OffsetIndex(_IndexFile):
     def load(self, log_size: int) -> bool:
         """Read entries from disk; False if missing or not a sane index."""
         data = self._read_all()
-        if data is None or len(data) % _OFFSET_ENTRY.size:
+        if not self.existed or data is None or len(data) % _OFFSET_ENTRY.size:
             return False
         prev_off, prev_pos = -1, -1
         for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
@@ -175,7 +179,7 @@ class TimeIndex(_IndexFile):
 
     def load(self, last_offset: int) -> bool:
         data = self._read_all()
-        if data is None or len(data) % _TIME_ENTRY.size:
+        if not self.existed or data is None or len(data) % _TIME_ENTRY.size:
             return False
         prev_ts, prev_off = -(2**63), -1
         for ts, rel in _TIME_ENTRY.iter_unpack(data):

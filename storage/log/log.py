@@ -1,9 +1,20 @@
 """The log of one partition: an ordered run of segments.
 
-Offsets: ``log_start_offset`` is the first readable offset (moved by
-retention and DeleteRecords), ``end_offset`` (LEO) the next offset to
-assign. The replica manager owns the high watermark and passes it to
-``read`` as the upper bound of what consumers may see.
+Offsets: ``log_start_offset`` is the first readable offset, local or
+remote (moved by retention and DeleteRecords); ``local_log_start_offset`` the
+first offset still on local disk (they differ only for tiered topics, whose
+old segments live in the remote tier); ``end_offset`` (LEO) the next offset
+to assign. ``highest_tiered_offset`` is the last offset copied to the remote
+tier (-1 if none); local retention deletes only segments at or below it.
+The replica manager owns the high watermark and passes it to ``read`` as the
+upper bound of what consumers may see.
+
+Producer state (idempotence, transactions) lives in ``producers``; it is
+saved to ``<offset>.snapshot`` at every roll and on close, and on open the
+latest usable snapshot is restored and only the batches after it replayed.
+``first_unstable_offset`` is where the oldest open transaction starts (the
+last stable offset cannot pass it); aborted transactions are indexed per
+segment in ``.txnindex`` when their ABORT marker is appended.
 
 Concurrency: every method runs on the event loop except ``flush``'s worker
 thread part (``_fsync_segments``), which only fsyncs descriptors.
@@ -23,14 +34,21 @@ from config.topic import LogConfig
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import LeaderEpochCache
-from storage.log.producer_state import ProducerStateManager
+from protocol.control import EndTxnMarker, read_marker
+from storage.log.producer_snapshot import CorruptSnapshot, SnapshotFiles
+from storage.log.producer_state import AppendOrigin, ProducerStateManager
 from storage.log.segment import LogSegment
+from storage.log.txn_index import AbortedTxn
 
 log = structlog.get_logger(__name__)
 
 # Offsets within a segment are stored as int32 relative offsets, so a
 # segment cannot span more than this many offsets (Kafka's limit too).
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+# Producer snapshots kept besides those tiered storage still has to copy:
+# enough to fall back past a torn one and to reload after a short truncation
+# without replaying the whole log.
+_SNAPSHOTS_KEPT = 3
 
 
 @dataclass(slots=True)
@@ -61,9 +79,13 @@ class Log:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
+        self.highest_tiered_offset = -1
         self.recovery_point = 0
         self.epochs = LeaderEpochCache(directory)
         self.producers = ProducerStateManager()
+        self.snapshots = SnapshotFiles(directory)
+        # Base offset of the first segment recovery re-validated (None: all trusted).
+        self._first_recovered: int | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         # A roll makes the previous segment immutable; like Kafka we fsync it
@@ -82,7 +104,19 @@ class Log:
         self._load_segments(recovery_point, clean_shutdown)
         if not self.segments:
             self._add_segment(max(log_start_offset, 0))
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        first_local = self.segments[0].base_offset
+        if log_start_offset > self.end_offset:
+            # The checkpointed start lies beyond what recovery kept (a torn,
+            # unflushed tail): like Kafka's LogLoader, start afresh there.
+            log.warning("log start offset beyond recovered end; starting the log there",
+                        topic=topic, partition=partition, log_start_offset=log_start_offset,
+                        recovered_end=self.end_offset)
+            self._truncate_fully_and_start_at(log_start_offset)
+            first_local = log_start_offset
+        if config.remote_storage_enable:
+            self.log_start_offset = min(max(log_start_offset, 0), first_local)
+        else:
+            self.log_start_offset = max(log_start_offset, first_local)
         self.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
         self.epochs.truncate_from_end(self.end_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
@@ -90,13 +124,77 @@ class Log:
         return self
 
     def _rebuild_producer_state(self) -> None:
-        """Replay batch headers so idempotent producers survive a restart."""
+        """Restore the latest usable snapshot, then replay the batches after it.
+
+        Usable: at or below the log end, not below the first segment, and not
+        above the first segment recovery re-validated (the replay rebuilds
+        those segments' aborted-transaction indexes). Snapshots beyond the log
+        end or below its first segment describe data that is gone and are
+        deleted; a corrupt one is deleted and the next older one tried.
+        """
+        end, first = self.end_offset, self.segments[0].base_offset
+        self.snapshots.delete_where(lambda o: o > end or o < first)
+        ceiling = end if self._first_recovered is None else min(end, self._first_recovered)
+        self._first_recovered = None
         self.producers.truncate()
-        for seg in self.segments:
-            for batch in seg.iter_batches(0):
+        start = first
+        for offset in reversed(self.snapshots.offsets()):
+            if offset > ceiling:
+                continue
+            try:
+                self.producers.load_snapshot(self.snapshots.read(offset))
+            except (CorruptSnapshot, OSError) as exc:
+                log.warning("deleting unreadable producer snapshot", topic=self.topic,
+                            partition=self.partition, offset=offset, error=str(exc))
+                self.snapshots.delete(offset)
+                continue
+            start = offset
+            break
+        self._replay_producers(start)
+
+    def _replay_producers(self, start: int) -> None:
+        """Feed the producer state every batch header from ``start`` (a batch boundary)."""
+        for seg in self.segments[self._segment_for(start):]:
+            position = seg.index.lookup(start)[1] if seg.base_offset <= start else 0
+            for batch in seg.iter_batches(position):
+                if batch.base_offset < start:
+                    continue
                 head = seg.read_batch_bytes_header(batch)
-                if head.producer_id >= 0:
-                    self.producers.update([head])
+                if head.producer_id < 0:
+                    continue
+                markers = None
+                if head.is_control:
+                    data = seg.read_batch_bytes(batch)
+                    markers = self._markers(data, [records.parse_header(data, 0)])
+                self._update_producers(seg, [head], markers)
+
+    def _markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
+                 ) -> list[EndTxnMarker | None] | None:
+        """The transaction marker of each control batch (None elsewhere; None if none)."""
+        if not any(h.is_control for h in headers):
+            return None
+        out: list[EndTxnMarker | None] = []
+        for h in headers:
+            marker = None
+            if h.is_control:
+                try:
+                    marker = read_marker(data, h)
+                except KafkaApiError as exc:
+                    log.warning("unreadable control batch", topic=self.topic,
+                                partition=self.partition, offset=h.base_offset, error=exc.message)
+            out.append(marker)
+        return out
+
+    def _update_producers(self, seg: LogSegment, headers: list[records.BatchHeader],
+                          markers: list[EndTxnMarker | None] | None) -> None:
+        """Update producer state; index aborts in ``seg`` (the segment holding the markers).
+
+        Idempotent for replays: an abort already in the index is not added again.
+        """
+        for txn in self.producers.update(headers, markers):
+            if txn.aborted and txn.last_offset > seg.txn_index.last_offset:
+                seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
+                                                txn.last_offset, txn.last_stable_offset))
 
     def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
         """Open every segment; recover those the last shutdown may have torn.
@@ -123,6 +221,8 @@ class Log:
             if seg.load_indexes() and (clean_shutdown or seg.last_offset < recovery_point):
                 self._append_segment(seg)
                 continue
+            if self._first_recovered is None:
+                self._first_recovered = base
             truncated = seg.recover(self.config.max_message_bytes) > 0
             self._append_segment(seg)
             self._rebuild_epochs_from(seg)
@@ -156,27 +256,42 @@ class Log:
         return active.base_offset
 
     @property
+    def local_log_start_offset(self) -> int:
+        return max(self.log_start_offset, self.segments[0].base_offset)
+
+    @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction; None if none is open."""
+        return self.producers.first_undecided_offset()
 
     def _segment_for(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     # -- append -------------------------------------------------------------
 
-    def append_as_leader(self, data: bytearray, leader_epoch: int) -> AppendResult:
+    def append_as_leader(self, data: bytearray, leader_epoch: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         """Validate, assign offsets and append a produced record set.
+
+        ``origin`` COORDINATOR is for transaction markers and transactional
+        offset commits (no sequence checks; control batches allowed).
 
         Raises:
             KafkaApiError: the record set is invalid (see
-                ``records.validate_for_append``) or has a timestamp outside
-                message.timestamp.before/after.max.ms.
+                ``records.validate_for_append``), has a timestamp outside
+                message.timestamp.before/after.max.ms, or fails the producer
+                checks (see ``ProducerStateManager.check``).
         """
         headers = records.validate_for_append(data, self.config.max_message_bytes)
         now = self._clock()
         if not self.config.log_append_time:
             self._check_timestamps(headers, now)
-        duplicate = self.producers.check(headers)
+        markers = self._markers(data, headers) if origin is not AppendOrigin.CLIENT else None
+        duplicate = self.producers.check(headers, markers, origin)
         if duplicate is not None:
             return AppendResult(duplicate[0], duplicate[1], -1, self.log_start_offset, False)
         self._maybe_roll(len(data), headers, now)
@@ -185,7 +300,7 @@ class Log:
                                now if self.config.log_append_time else None)
         self.epochs.assign(leader_epoch, first)
         self.active.append(data, headers)
-        self.producers.update(headers)
+        self._update_producers(self.active, headers, markers)
         self._unflushed_messages += sum(h.records_count for h in headers)
         return AppendResult(first, headers[-1].last_offset,
                             now if self.config.log_append_time else -1,
@@ -204,6 +319,7 @@ class Log:
         for h in headers:
             self.epochs.assign(h.leader_epoch, h.base_offset)
         self.active.append(data, headers)
+        self._update_producers(self.active, headers, self._markers(data, headers))
         self._unflushed_messages += sum(h.records_count for h in headers)
         return self.end_offset
 
@@ -239,8 +355,43 @@ class Log:
             return self.active
         seg = self._add_segment(base)
         self._rolled_since_flush = True
+        # Kafka's roll-time snapshot: the producer state before ``base``. Tiered
+        # storage copies it with the segment just closed.
+        self.snapshots.write(base, self.producers.snapshot_entries())
+        self._prune_snapshots()
         log.debug("rolled segment", topic=self.topic, partition=self.partition, base_offset=base)
         return seg
+
+    def _prune_snapshots(self) -> None:
+        """Keep the newest few snapshots, and those tiered storage has yet to copy
+        (at the next base offset of a segment above the highest tiered offset)."""
+        first = self.segments[0].base_offset
+        newest = set(self.snapshots.offsets()[-_SNAPSHOTS_KEPT:])
+        copy_floor = self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
+        self.snapshots.delete_where(
+            lambda o: o < first or (o not in newest and (copy_floor is None or o <= copy_floor)))
+
+    def producer_snapshot_for(self, seg: LogSegment) -> str | None:
+        """The snapshot taken when ``seg`` was rolled (at the next segment's base), if kept."""
+        i = next((n for n, s in enumerate(self.segments) if s is seg), len(self.segments))
+        if i + 1 >= len(self.segments):
+            return None
+        return self.snapshots.existing(self.segments[i + 1].base_offset)
+
+    def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper), for a read_committed fetch.
+
+        Searches the segment holding ``start`` and later ones (an abort is
+        indexed where its marker lies), stopping once an entry's LSO shows
+        nothing later can start before ``upper``.
+        """
+        out: list[AbortedTxn] = []
+        for seg in self.segments[self._segment_for(start):]:
+            found, complete = seg.txn_index.collect(start, upper)
+            out += found
+            if complete:
+                break
+        return out
 
     # -- flush --------------------------------------------------------------
 
@@ -275,6 +426,10 @@ class Log:
                 start or above the log end.
         """
         end = self.end_offset
+        local_start = self.local_log_start_offset
+        if offset < local_start and offset >= self.log_start_offset:
+            raise KafkaApiError(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
+                                f"offset {offset} is below the local log start {local_start}")
         if offset < self.log_start_offset or offset > end:
             raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                 f"offset {offset} not in [{self.log_start_offset}, {end}]")
@@ -287,6 +442,8 @@ class Log:
             limit = self._position_limit(seg, upper)
             got = seg.read(offset, max_bytes, limit, min_one_batch)
             if got is not None:
+                # Possibly empty: the batch holding ``offset`` is over budget,
+                # and later batches must not be returned in its place.
                 return ReadResult(got[0], offset)
             if limit is not None and limit < seg.size:
                 break
@@ -308,7 +465,7 @@ class Log:
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
-            start = max(seg.time_index.lookup(timestamp), self.log_start_offset)
+            start = max(seg.time_index.lookup(timestamp), self.local_log_start_offset)
             for batch in seg.iter_batches(seg.index.lookup(start)[1]):
                 if batch.last_offset < start:
                     continue
@@ -319,7 +476,7 @@ class Log:
                 for rec in records.decode_records(data, header):
                     ts = header.max_timestamp if header.attributes & records.ATTR_LOG_APPEND_TIME \
                         else rec.timestamp
-                    if ts >= timestamp and rec.offset >= self.log_start_offset:
+                    if ts >= timestamp and rec.offset >= self.local_log_start_offset:
                         return rec.offset, ts
         return None
 
@@ -362,27 +519,38 @@ class Log:
         seg = self.segments.pop(0)
         self._bases.pop(0)
         seg.delete()
+        self._prune_snapshots()
 
     def apply_retention(self, high_watermark: int) -> int:
-        """Delete segments beyond retention.ms / retention.bytes; returns how many.
+        """Delete local segments beyond retention; returns how many went.
 
-        Only segments wholly below the high watermark go. If the active
-        segment itself has expired it is rolled first, as Kafka does.
+        Untiered topics: retention.ms / retention.bytes, only segments wholly
+        below the high watermark; an expired active segment is rolled first,
+        as Kafka does. Tiered topics: local.retention.* decides, and only
+        segments already in the remote tier may go (total retention of remote
+        data is the remote expiration task's job).
         """
         if "delete" not in self.config.cleanup_policy:
             return 0
         now = self._clock()
+        tiered = self.config.remote_storage_enable
         count = 0
-        while self._first_segment_expired(now, high_watermark):
+        while True:
+            expired = (self._locally_expired(now) if tiered
+                       else self._first_segment_expired(now, high_watermark))
+            if not expired:
+                break
             if len(self.segments) == 1:
                 self.roll()
             seg = self.segments[0]
-            self.log_start_offset = max(self.log_start_offset, self.segments[1].base_offset)
-            log.info("deleting segment by retention", topic=self.topic, partition=self.partition,
-                     base_offset=seg.base_offset, size=seg.size)
+            log.info("deleting local segment by retention", topic=self.topic,
+                     partition=self.partition, base_offset=seg.base_offset,
+                     last_offset=seg.last_offset, size=seg.size, tiered=tiered)
             self._remove_first_segment()
+            if not tiered:
+                self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             count += 1
-        if count:
+        if count and not tiered:
             self.epochs.truncate_from_start(self.log_start_offset)
         return count
 
@@ -394,6 +562,27 @@ class Log:
         if cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:
             return True
         return cfg.retention_bytes >= 0 and self.size - seg.size >= cfg.retention_bytes
+
+    def _locally_expired(self, now: int) -> bool:
+        if len(self.segments) < 2:
+            return False
+        seg = self.segments[0]
+        if seg.last_offset > self.highest_tiered_offset:
+            return False
+        if seg.last_offset < self.log_start_offset:
+            return True
+        cfg = self.config
+        if (cfg.local_retention_ms >= 0 and seg.max_timestamp >= 0
+                and now - seg.max_timestamp > cfg.local_retention_ms):
+            return True
+        return cfg.local_retention_bytes >= 0 and self.size - seg.size >= cfg.local_retention_bytes
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the global log start forward (remote expiration); never back."""
+        if offset > self.log_start_offset:
+            self.log_start_offset = min(offset, self.end_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
+            self._delete_segments_below_start()
 
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or above ``offset`` (follower divergence)."""
@@ -408,7 +597,20 @@ class Log:
         self._rebuild_producer_state()
         self.recovery_point = min(self.recovery_point, offset)
 
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        for seg in self.segments:
+            seg.delete()
+        self.segments = []
+        self._bases = []
+        self._add_segment(offset)
+        self.epochs.clear()
+        self.producers.truncate()
+        self.recovery_point = offset
+
     def close(self) -> None:
+        """Close the files; like Kafka, snapshot the producer state at the log end first."""
+        if os.path.isdir(self.directory) and self.snapshots.existing(self.end_offset) is None:
+            self.snapshots.write(self.end_offset, self.producers.snapshot_entries())
         for seg in self.segments:
             seg.close()
 

@@ -1,4 +1,5 @@
-"""One log segment: ``<base offset>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base offset>.log`` plus its ``.index``, ``.timeindex``
+and (once a transaction aborts in it) ``.txnindex``.
 
 The .log file holds record batches back to back, exactly as they go over
 the wire, so a fetch is a ``pread`` of a byte range. Writes are plain
@@ -22,6 +23,7 @@ import structlog
 
 from protocol import records
 from storage.log.index import OffsetIndex, TimeIndex
+from storage.log.txn_index import TransactionIndex
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +59,7 @@ class LogSegment:
         self.log_path = prefix + ".log"
         self.index = OffsetIndex(prefix + ".index", base_offset, index_max_bytes)
         self.time_index = TimeIndex(prefix + ".timeindex", base_offset, index_max_bytes)
+        self.txn_index = TransactionIndex(prefix + ".txnindex")
         self.index_interval_bytes = index_interval_bytes
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
@@ -98,6 +101,7 @@ class LogSegment:
             os.fsync(self.fd)
             self.index.fsync()
             self.time_index.fsync()
+            self.txn_index.fsync()
         except OSError as exc:
             # The segment was closed (deleted or truncated) while we waited.
             log.debug("fsync skipped", segment=self.log_path, error=str(exc))
@@ -139,7 +143,9 @@ class LogSegment:
             min_one_batch: return the first batch even if larger than max_bytes.
 
         Returns:
-            (bytes, first batch position) or None if nothing is readable here.
+            (bytes, first batch position); the bytes are empty when the batch
+            holding ``offset`` exceeds the budget and ``min_one_batch`` is off.
+            None if no batch at or after ``offset`` is readable in this segment.
         """
         limit = self.size if max_position is None else min(max_position, self.size)
         first = self.find(offset, limit)
@@ -147,7 +153,7 @@ class LogSegment:
             return None
         if first.size > max_bytes:
             if not min_one_batch:
-                return None
+                return b"", first.position
             length = min(first.size, limit - first.position)
         else:
             length = self._whole_batches(first, max_bytes, limit)
@@ -195,10 +201,17 @@ class LogSegment:
         """Trust the on-disk indexes (clean shutdown). False if unusable."""
         if not self.index.load(self.size):
             return False
-        last_indexed, position = self.index.lookup(2**63 - 1)
+        _, position = self.index.lookup(2**63 - 1)
         last = self._scan_tail(position)
         if last is None or not self.time_index.load(last):
             return False
+        ts = self.time_index.timestamps
+        if len(ts):
+            self.max_timestamp = ts[-1]
+            self.offset_of_max_timestamp = self.time_index.offsets[-1]
+        first = next(self.iter_batches(0), None)
+        if first is not None:
+            self.first_batch_timestamp = self.read_batch_bytes_header(first).max_timestamp
         return True
 
     def _scan_tail(self, position: int) -> int | None:
@@ -212,20 +225,20 @@ class LogSegment:
             return None
         self.last_offset = last
         self._bytes_since_index = since
-        ts = self.time_index.timestamps
-        if len(ts):
-            self.max_timestamp = ts[-1]
-            self.offset_of_max_timestamp = self.time_index.offsets[-1]
         return last
 
     def recover(self, max_batch_bytes: int) -> int:
         """Validate every batch, rebuild indexes, truncate an invalid tail.
+
+        The aborted-transaction index is emptied here; the log's producer-state
+        replay fills it again from the markers it meets.
 
         Returns:
             bytes truncated (0 if the segment was intact).
         """
         self.index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
@@ -283,6 +296,7 @@ class LogSegment:
             self.size = position
             self.index.truncate_to(offset)
             self.time_index.truncate_to(offset)
+            self.txn_index.truncate_to(offset)
             self._hint = None
             self._rescan_after_truncate()
         return removed
@@ -307,7 +321,7 @@ class LogSegment:
     def delete(self) -> None:
         """Close and remove all files of this segment."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -1,0 +1,11 @@
+"""The classic consumer-group coordinator (JoinGroup/SyncGroup/Heartbeat, offsets).
+
+``group`` holds the state machine, ``coordinator`` the membership protocol
+and rebalances, ``offsets`` commits/fetches/retention, ``admin`` the
+List/Describe/DeleteGroups views, ``records`` and ``offsets_store`` the
+``__consumer_offsets`` formats and their log.
+"""
+
+from broker.coordinator.coordinator import GroupCoordinator
+
+__all__ = ["GroupCoordinator"]

@@ -1,0 +1,234 @@
+"""Group state in the internal topic ``__consumer_offsets``: write, and replay on start.
+
+Each group lives in one partition, chosen as Kafka chooses it:
+``(javaStringHashCode(group) & 0x7fffffff) % partitions``, so a data
+directory's records sit where Kafka's tools expect them. Writes go through
+``ReplicaManager.append`` as ordinary v2 record batches (no producer id,
+uncompressed), so they share the log's durability, flushing and recovery.
+
+On start the coordinator replays every partition from its log start; the
+last record for a key wins, a null value removes the key. Nothing is
+compacted yet (the topic is created with cleanup.policy=compact, as in
+Kafka, so retention never deletes it), so the replay reads the whole log.
+
+Error handling: an append failure is returned as the error code Kafka's
+coordinator answers for it (``append``); a record we cannot parse during
+replay is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import structlog
+
+from broker.coordinator import records as rec
+from broker.coordinator.group import Group, GroupState, Member, TopicPartition
+from config import BrokerConfig
+from protocol import records as batches
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.replica_manager import ReplicaManager
+
+log = structlog.get_logger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# How much of a partition one replay read asks for.
+REPLAY_READ_BYTES = 1024 * 1024
+
+# Append errors -> what Kafka's group coordinator answers (GroupMetadataManager).
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+Record = tuple[bytes, bytes | None]
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode``: over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % partitions``."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(slots=True)
+class LoadedGroup:
+    """What the log says about one group after replay."""
+
+    metadata: rec.GroupMetadataValue | None = None
+    offsets: dict[TopicPartition, rec.OffsetCommitValue] = field(default_factory=dict)
+
+
+class OffsetsStore:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 wall_clock: Callable[[], int]) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.wall_clock = wall_clock
+
+    @property
+    def partitions(self) -> int:
+        info = self.replicas.store.get(OFFSETS_TOPIC)
+        return info.partitions if info is not None else self.config["offsets.topic.num.partitions"]
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partitions)
+
+    async def ensure_topic(self) -> None:
+        """Create __consumer_offsets (internal, compacted) if this broker has none yet."""
+        info = self.replicas.store.get(OFFSETS_TOPIC)
+        configured = self.config["offsets.topic.num.partitions"]
+        if info is not None:
+            if info.partitions != configured:
+                log.warning("offsets topic partition count differs from config; using the "
+                            "topic's", topic_partitions=info.partitions, configured=configured)
+            return
+        await self.replicas.create_topic(
+            OFFSETS_TOPIC, configured,
+            {"cleanup.policy": "compact", "compression.type": "producer",
+             "segment.bytes": str(self.config["offsets.topic.segment.bytes"])},
+            internal=True)
+
+    def append(self, group_id: str, records: list[Record]) -> ErrorCode:
+        """Append one batch of records to the group's partition.
+
+        Returns:
+            NONE, or the code to answer the client with.
+        """
+        if not records:
+            return ErrorCode.NONE
+        batch = batches.build_batch(records, timestamp=self.wall_clock())
+        try:
+            self.replicas.append((OFFSETS_TOPIC, self.partition_of(group_id)), bytearray(batch))
+        except KafkaApiError as exc:
+            log.warning("offsets topic append failed", group=group_id, error=exc.code.name,
+                        detail=exc.message)
+            return _APPEND_ERRORS.get(exc.code, exc.code)
+        except OSError:
+            log.exception("offsets topic append failed: storage error", group=group_id)
+            return _APPEND_ERRORS[ErrorCode.KAFKA_STORAGE_ERROR]
+        return ErrorCode.NONE
+
+    def store_group(self, group: Group) -> ErrorCode:
+        """Write the group's generation, leader, members and assignments."""
+        protocol = group.protocol_name
+        value = rec.GroupMetadataValue(
+            group.protocol_type or "", group.generation_id, protocol, group.leader_id,
+            group.state_timestamp_ms,
+            [rec.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.rebalance_timeout_ms, m.session_timeout_ms,
+                              m.metadata_for(protocol) if protocol else b"", m.assignment)
+             for m in group.members.values()])
+        key = rec.encode_group_metadata_key(rec.GroupMetadataKey(group.group_id))
+        return self.append(group.group_id, [(key, rec.encode_group_metadata_value(value))])
+
+    def load_groups(self) -> dict[str, Group]:
+        """Rebuild every group from the log: Stable if it has members, else Empty (as Kafka)."""
+        now = self.wall_clock()
+        groups = {}
+        for group_id, loaded in self.replay().items():
+            group = _group_from(group_id, loaded.metadata, now)
+            group.offsets = loaded.offsets
+            groups[group_id] = group
+        return groups
+
+    def replay(self) -> dict[str, LoadedGroup]:
+        """Read every partition of the topic and fold it into per-group state."""
+        groups: dict[str, LoadedGroup] = {}
+        count = 0
+        for index in range(self.partitions):
+            for key, value in self._records((OFFSETS_TOPIC, index)):
+                count += 1
+                try:
+                    _apply(groups, rec.decode_key(key), value)
+                except rec.RecordFormatError as exc:
+                    log.warning("skipping unreadable offsets record", partition=index,
+                                error=str(exc))
+        for group_id in [g for g, s in groups.items() if s.metadata is None and not s.offsets]:
+            del groups[group_id]
+        log.info("group state loaded", records=count, groups=len(groups))
+        return groups
+
+    def _records(self, tp: tuple[str, int]) -> Iterator[Record]:
+        part = self.replicas.partitions.get(tp)
+        if part is None:
+            return
+        offset = part.log.log_start_offset
+        while offset < part.high_watermark:
+            _, result = self.replicas.read(tp, offset, REPLAY_READ_BYTES, committed_only=False,
+                                           min_one_batch=True)
+            start = offset
+            for header in batches.iter_headers(result.data):
+                offset = header.last_offset + 1
+                if header.is_control:
+                    continue
+                try:
+                    decoded = batches.decode_records(result.data, header)
+                except KafkaApiError as exc:
+                    log.warning("skipping undecodable offsets batch", partition=tp[1],
+                                offset=header.base_offset, error=str(exc))
+                    continue
+                for r in decoded:
+                    if r.key is not None:
+                        yield r.key, r.value
+            if offset == start:
+                log.warning("offsets partition replay stopped early", partition=tp[1],
+                            offset=offset, high_watermark=part.high_watermark)
+                return
+
+
+def _apply(groups: dict[str, LoadedGroup], key: rec.OffsetCommitKey | rec.GroupMetadataKey,
+           value: bytes | None) -> None:
+    state = groups.setdefault(key.group, LoadedGroup())
+    if isinstance(key, rec.OffsetCommitKey):
+        tp = (key.topic, key.partition)
+        if value is None:
+            state.offsets.pop(tp, None)
+        else:
+            state.offsets[tp] = rec.decode_offset_commit_value(value)
+    elif value is None:
+        state.metadata = None
+    else:
+        state.metadata = rec.decode_group_metadata_value(value)
+
+
+def _group_from(group_id: str, meta: rec.GroupMetadataValue | None, now_ms: int) -> Group:
+    if meta is None:
+        return Group(group_id, GroupState.EMPTY, now_ms)
+    stamp = meta.current_state_timestamp if meta.current_state_timestamp >= 0 else now_ms
+    group = Group(group_id, GroupState.STABLE if meta.members else GroupState.EMPTY, stamp)
+    group.generation_id = meta.generation
+    group.protocol_name = meta.protocol
+    for m in meta.members:
+        group.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                         m.rebalance_timeout_ms, m.session_timeout_ms, meta.protocol_type,
+                         [(meta.protocol or "", m.subscription)], m.assignment))
+    group.protocol_type = meta.protocol_type or None
+    group.leader_id = meta.leader if meta.leader in group.members else None
+    return group
+
+
+def offset_record(group_id: str, tp: TopicPartition, value: rec.OffsetCommitValue | None
+                  ) -> Record:
+    """The record committing ``value`` for ``tp`` (None: its tombstone)."""
+    key = rec.encode_offset_commit_key(rec.OffsetCommitKey(group_id, tp[0], tp[1]))
+    return key, None if value is None else rec.encode_offset_commit_value(value)
+
+
+def group_tombstone(group_id: str) -> Record:
+    return rec.encode_group_metadata_key(rec.GroupMetadataKey(group_id)), None

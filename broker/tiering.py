@@ -1,0 +1,106 @@
+"""Wiring of KIP-405 tiered storage into the broker (when
+remote.log.storage.system.enable=true).
+
+Builds the RemoteStorageManager named by remote.log.storage.manager.class.name
+(rsm.config.* passed through), the RemoteLogMetadataManager (the built-in
+topic-based one over ``__remote_log_metadata``, or a dotted path), and the
+RemoteLogManager, and runs them: the metadata manager starts and catches up
+before any tiered partition starts its tasks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from config import BrokerConfig, ConfigError
+from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
+from replication.remote_metadata_log import ReplicaMetadataLog
+from replication.replica_manager import ReplicaManager
+from storage.log.manager import now_ms
+from storage.remote.manager import RemoteLogManager, build_services
+from storage.remote.rlmm import (
+    DEFAULT_NUM_PARTITIONS,
+    NUM_PARTITIONS_CONFIG,
+    TopicBasedRemoteLogMetadataManager,
+)
+from storage.remote.rsm import load_rsm
+
+log = structlog.get_logger(__name__)
+
+RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
+RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
+
+
+@dataclass(slots=True)
+class Tiering:
+    rlmm: Any
+    manager: RemoteLogManager
+    replicas: ReplicaManager
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._run_rlmm)
+            self.replicas.start_tiering_all()
+            nursery.start_soon(self.manager.run)
+            task_status.started()
+
+    async def _run_rlmm(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> None:
+        await self.rlmm.run(task_status=task_status)
+
+    async def close(self) -> None:
+        await self.rlmm.close()
+
+
+def _build_rlmm(config: BrokerConfig, replicas: ReplicaManager) -> Any:
+    settings = plugin_configs(config.values, RLMM_PREFIX)
+    class_name = config[RLMM_CLASS_KEY]
+    if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
+                      "org.apache.kafka.server.log.remote.metadata.storage."
+                      "TopicBasedRemoteLogMetadataManager"):
+        try:
+            partitions = int(settings.get(NUM_PARTITIONS_CONFIG, DEFAULT_NUM_PARTITIONS))
+            retention = int(settings.get(RLMM_RETENTION_CONFIG, -1))
+        except ValueError as exc:
+            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, settings, str(exc)) from None
+        if partitions <= 0:
+            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, partitions, "must be positive")
+        return TopicBasedRemoteLogMetadataManager(ReplicaMetadataLog(replicas, retention),
+                                                  config.log_dir, num_partitions=partitions)
+    module_name, _, attr = class_name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(RLMM_CLASS_KEY, class_name, f"cannot load: {exc}") from None
+    return cls(settings)
+
+
+def build_tiering(config: BrokerConfig, replicas: ReplicaManager,
+                  registry: Any) -> Tiering | None:
+    """The tiering stack, or None when the broker has tiering off.
+
+    Raises:
+        ConfigError: an unloadable or misconfigured manager.
+    """
+    if not config["remote.log.storage.system.enable"]:
+        return None
+    rsm_settings = plugin_configs(config.values, RSM_PREFIX)
+    rsm_class = config["remote.log.storage.manager.class.name"]
+    if rsm_class == "filesystem" and "dir" not in rsm_settings:
+        rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
+    rsm = load_rsm(rsm_class, rsm_settings)
+    rlmm = _build_rlmm(config, replicas)
+    services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms)
+    manager = RemoteLogManager(config, services)
+    services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
+    replicas.remote = manager
+    log.info("tiered storage on", storage_manager=rsm_class,
+             metadata_manager=config[RLMM_CLASS_KEY],
+             remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
+    return Tiering(rlmm, manager, replicas)

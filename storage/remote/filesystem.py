@@ -1,0 +1,282 @@
+"""A remote tier in a local (or mounted) directory: the embedded default RSM.
+
+Layout, as Kafka's LocalTieredStorage test plugin lays it out::
+
+    <dir>/<topic>-<partition>-<topicId>/<20-digit start offset>-<segment uuid>.log
+                                                                            .index
+                                                                            .timeindex
+                                                                            .txnindex
+                                                                            .snapshot
+                                                                            .leader_epoch_checkpoint
+
+Every file is written to ``<name>.tmp``, fsynced, and renamed into place, so
+a reader never sees half a file; a copy that fails removes the files it had
+renamed into place, so half a segment is never left behind either. Reads are
+``pread`` calls on the stored file. Deleting the last segment of a partition
+removes its directory; a copy racing that removal recreates it.
+
+Settings (``rsm.config.`` prefix stripped): ``dir``, the root directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+import structlog
+
+from config.defs import ConfigDef, ConfigError, ConfigType
+from storage.remote.naming import (
+    ALL_SUFFIXES,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    segment_sources,
+    segment_stem,
+    uuid_str,
+)
+from storage.remote.rsm import check_log_size, parse_rsm_config, resolve_range
+from storage.remote.types import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    StrPath,
+    TopicIdPartition,
+)
+
+log = structlog.get_logger(__name__)
+
+CONFIG_DEFS = (
+    ConfigDef("rsm.config.dir", ConfigType.STRING, None,
+              "Root directory of the filesystem remote tier."),
+)
+
+TMP_SUFFIX = ".tmp"
+
+# A concurrent delete may remove the partition directory between our makedirs
+# and the open of a temp file in it; a handful of retries always wins that race.
+_CREATE_ATTEMPTS = 5
+
+
+class FileSystemRemoteStorageManager:
+    """RemoteStorageManager over a directory tree. Thread-safe: no shared state."""
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        """Args: config: ``dir`` (required), the root directory; created if missing.
+
+        Raises:
+            ConfigError: ``dir`` missing or not creatable.
+        """
+        root = os.path.abspath(parse_rsm_config(CONFIG_DEFS, config, required=("dir",))["dir"])
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError("rsm.config.dir", root, f"cannot create directory: {exc}") from exc
+        self.root = root
+
+    def partition_dir(self, tp: TopicIdPartition) -> str:
+        """``<root>/<topic>-<partition>-<topicId>``."""
+        return os.path.join(self.root, f"{tp.topic}-{tp.partition}-{uuid_str(tp.topic_id)}")
+
+    def object_path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+        """Where the segment's file with ``suffix`` is stored."""
+        directory = self.partition_dir(metadata.topic_id_partition)
+        return os.path.join(directory, f"{segment_stem(metadata)}.{suffix}")
+
+    # -- copy ---------------------------------------------------------------
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
+                              data: LogSegmentData) -> bytes | None:
+        """See RemoteStorageManager.copy_log_segment_data. Returns None."""
+        started = time.monotonic()
+        directory = self.partition_dir(metadata.topic_id_partition)
+        try:
+            check_log_size(metadata, data.log_segment)
+            for suffix, source in segment_sources(data):
+                _write_atomically(directory, self.object_path(metadata, suffix), source)
+            _fsync_dir(directory)
+        except OSError as exc:
+            self._remove_objects(metadata, missing_ok=True)
+            raise RemoteStorageError(f"cannot sync {directory}: {exc}", retriable=True) from exc
+        except BaseException:
+            self._remove_objects(metadata, missing_ok=True)
+            raise
+        log.debug("copied segment to filesystem tier", segment=str(metadata.remote_log_segment_id),
+                  bytes=metadata.segment_size_in_bytes,
+                  duration_ms=round((time.monotonic() - started) * 1000, 1))
+        return None
+
+    # -- fetch --------------------------------------------------------------
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> bytes:
+        """See RemoteStorageManager.fetch_log_segment."""
+        start, end = resolve_range(metadata, start_position, end_position)
+        path = self.object_path(metadata, LOG_SUFFIX)
+        fd = _open_stored(path, metadata)
+        try:
+            size = os.fstat(fd).st_size
+            if size != metadata.segment_size_in_bytes:
+                raise RemoteStorageError(
+                    f"remote segment {path} is {size} bytes, its metadata says "
+                    f"{metadata.segment_size_in_bytes}: corrupt or truncated")
+            return _pread_exactly(fd, path, start, end - start + 1)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot read {path}: {exc}", retriable=True) from exc
+        finally:
+            os.close(fd)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """See RemoteStorageManager.fetch_index."""
+        path = self.object_path(metadata, INDEX_SUFFIXES[index_type])
+        fd = _open_stored(path, metadata)
+        try:
+            return _pread_exactly(fd, path, 0, os.fstat(fd).st_size)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot read {path}: {exc}", retriable=True) from exc
+        finally:
+            os.close(fd)
+
+    # -- delete -------------------------------------------------------------
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """See RemoteStorageManager.delete_log_segment_data."""
+        self._remove_objects(metadata, missing_ok=False)
+        try:
+            os.rmdir(self.partition_dir(metadata.topic_id_partition))
+        except OSError:
+            pass  # other segments remain, or it is already gone
+        log.debug("deleted segment from filesystem tier",
+                  segment=str(metadata.remote_log_segment_id))
+
+    def _remove_objects(self, metadata: RemoteLogSegmentMetadata, missing_ok: bool) -> None:
+        """Unlink every file of the segment, temp files included.
+
+        Args:
+            missing_ok: True when cleaning up after a failed copy: errors are
+                logged, not raised, so the copy's own error surfaces.
+        """
+        for suffix in ALL_SUFFIXES:
+            path = self.object_path(metadata, suffix)
+            for victim in (path, path + TMP_SUFFIX):
+                try:
+                    os.unlink(victim)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    if not missing_ok:
+                        raise RemoteStorageError(f"cannot delete {victim}: {exc}",
+                                                 retriable=True) from exc
+                    log.warning("cannot remove file of a failed copy", path=victim,
+                                error=str(exc))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _write_atomically(directory: str, dest: str, source: StrPath | bytes) -> None:
+    """Write ``source`` (a local file or bytes) to ``dest`` via a fsynced temp file.
+
+    Raises:
+        RemoteStorageError: the local source is unreadable (not retriable) or
+            the remote directory is not writable (retriable).
+    """
+    src_fd = None
+    if not isinstance(source, bytes):
+        try:
+            src_fd = os.open(source, os.O_RDONLY)
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot read local file {source}: {exc}") from exc
+    tmp = dest + TMP_SUFFIX
+    try:
+        out_fd = _create_temp(directory, tmp)
+        try:
+            if isinstance(source, bytes):
+                _write_all(out_fd, source)
+            elif src_fd is not None:
+                _copy_fd(src_fd, out_fd, source)
+            os.fsync(out_fd)
+        finally:
+            os.close(out_fd)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise RemoteStorageError(f"cannot write {dest}: {exc}", retriable=True) from exc
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    finally:
+        if src_fd is not None:
+            os.close(src_fd)
+
+
+def _create_temp(directory: str, tmp: str) -> int:
+    attempts = 0
+    while True:
+        os.makedirs(directory, exist_ok=True)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except FileNotFoundError:
+            attempts += 1
+            if attempts == _CREATE_ATTEMPTS:
+                raise
+
+
+def _copy_fd(src_fd: int, out_fd: int, source: StrPath) -> None:
+    """Copy the whole source file (kernel-side) into ``out_fd``."""
+    size = os.fstat(src_fd).st_size
+    offset = 0
+    while offset < size:
+        sent = os.sendfile(out_fd, src_fd, offset, size - offset)
+        if sent == 0:
+            raise RemoteStorageError(f"local file {source!r} shrank while being copied")
+        offset += sent
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _open_stored(path: str, metadata: RemoteLogSegmentMetadata) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise RemoteResourceNotFoundError(
+            f"{os.path.basename(path)} of remote segment {metadata.remote_log_segment_id} "
+            f"not found in {os.path.dirname(path)}") from None
+    except OSError as exc:
+        raise RemoteStorageError(f"cannot open {path}: {exc}", retriable=True) from exc
+
+
+def _pread_exactly(fd: int, path: str, position: int, length: int) -> bytes:
+    """Read ``length`` bytes at ``position`` or raise: never a short result."""
+    chunks: list[bytes] = []
+    remaining = length
+    while remaining > 0:
+        chunk = os.pread(fd, remaining, position)
+        if not chunk:
+            raise RemoteStorageError(
+                f"{path} ended {remaining} bytes short of position {position + remaining}")
+        chunks.append(chunk)
+        position += len(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

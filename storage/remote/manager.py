@@ -1,0 +1,425 @@
+"""RemoteLogManager: tiering tasks for leader partitions, and remote reads.
+
+Theory of operation
+-------------------
+Every remote.log.manager.task.interval.ms the manager runs, for each leader
+partition with tiering on, one cycle: copy eligible segments, then expire
+remote segments. Each cycle follows Kafka's template: skip if the partition
+was cancelled or its backoff has not elapsed; run; on success reset the
+backoff; on a retriable storage error back off exponentially with jitter; on
+anything else log it with its traceback, count it, and back off too, so a
+poisoned partition never stops the others. Cycles of different partitions
+run concurrently; the KIP's pools (copier, expiration, reader) are
+``trio.CapacityLimiter``s around the blocking storage calls.
+
+Reads: ``read`` answers a consumer fetch below the local log start. Reads are
+de-duplicated while in flight (a client that gave up after
+remote.fetch.max.wait.ms and asks again joins the same read) and their
+result is kept briefly so the retry is served at once. At most
+remote.log.reader.max.pending.tasks reads are queued; beyond that a read
+fails at once with KAFKA_STORAGE_ERROR instead of stalling the fetch.
+
+Remote storage being slow or down never blocks produce or local reads: no
+call here runs on the event loop, and fetch handlers wait for remote results
+only up to remote.fetch.max.wait.ms.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from protocol.errors import ErrorCode, KafkaApiError
+from storage.log.log import Log
+from storage.remote import reader
+from storage.remote.backoff import Backoff
+from storage.remote.copier import copy_candidates, copy_segments, delete_remote_segment
+from storage.remote.expirer import expire_segments
+from storage.remote.index_cache import RemoteIndexCache
+from storage.remote.metadata_cache import (
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
+from storage.remote.metrics import BusyTracker, RemoteMetrics
+from storage.remote.partition_state import RemoteServices, TieredPartition
+from storage.remote.types import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteStorageError,
+    TopicIdPartition,
+)
+
+log = structlog.get_logger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# How long a finished remote read is kept for the client's retry after
+# remote.fetch.max.wait.ms expired on the first attempt.
+_RESULT_TTL_S = 30.0
+
+
+@dataclass(slots=True)
+class _Read:
+    done: trio.Event
+    result: bytes | None = None
+    error: KafkaApiError | None = None
+    finished_at: float = 0.0
+
+
+class RemoteLogManager:
+    def __init__(self, config: Any, services: RemoteServices) -> None:
+        self.config = config
+        self.svc = services
+        self.partitions: dict[TopicPartition, TieredPartition] = {}
+        self._reads: dict[tuple[TopicPartition, int, int], _Read] = {}
+        self._nursery: trio.Nursery | None = None
+        self._wakeup = trio.Event()
+        self._removals: list[TopicIdPartition] = []
+        self._disabled: list[TopicIdPartition] = []
+
+    # -- partitions ----------------------------------------------------------------
+
+    def start_partition(self, tip: TopicIdPartition, lg: Log,
+                        last_stable_offset: Callable[[], int]) -> TieredPartition:
+        """Begin tiering tasks for a leader partition; restores state from metadata."""
+        tp = (tip.topic, tip.partition)
+        existing = self.partitions.get(tp)
+        if existing is not None and existing.tip == tip:
+            return existing
+        cfg = self.config
+        p = TieredPartition(
+            tip, lg, last_stable_offset,
+            Backoff(cfg["remote.log.manager.task.retry.backoff.ms"],
+                    cfg["remote.log.manager.task.retry.backoff.max.ms"],
+                    cfg["remote.log.manager.task.retry.jitter"]),
+            Backoff(cfg["remote.log.manager.task.retry.backoff.ms"],
+                    cfg["remote.log.manager.task.retry.backoff.max.ms"],
+                    cfg["remote.log.manager.task.retry.jitter"]))
+        self.svc.rlmm.on_partition_leadership_changes([tip], [])
+        self.partitions[tp] = p
+        self.wake()
+        return p
+
+    async def _ensure_ready(self, p: TieredPartition) -> None:
+        """Catch the metadata up for ``p`` once, then restore its tiered state."""
+        if p.ready:
+            return
+        await self.svc.rlmm.ensure_ready(p.tip)
+        if not p.ready:
+            self._restore(p)
+            p.ready = True
+
+    def _restore(self, p: TieredPartition) -> None:
+        """Highest tiered offset and (if unknown locally) the log start, from metadata."""
+        finished = [m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        if not finished:
+            return
+        p.log.highest_tiered_offset = max(p.log.highest_tiered_offset,
+                                          max(m.end_offset for m in finished))
+        earliest = min(m.start_offset for m in finished)
+        if p.log.log_start_offset < earliest and p.log.log_start_offset == 0:
+            p.log.log_start_offset = min(earliest, p.log.local_log_start_offset)
+
+    def stop_partition(self, tp: TopicPartition) -> None:
+        p = self.partitions.pop(tp, None)
+        if p is not None:
+            p.cancelled = True
+
+    def delete_partition(self, tip: TopicIdPartition) -> None:
+        """A deleted topic's partition: remove all its remote data in the background.
+
+        DELETE_PARTITION_MARKED is recorded first, so a restart resumes the
+        removal; then DELETE_PARTITION_STARTED, every segment deleted,
+        DELETE_PARTITION_FINISHED. Failures are retried with backoff.
+        """
+        self.stop_partition((tip.topic, tip.partition))
+        self._removals.append(tip)
+        self.wake()
+
+    def disable_partition(self, tip: TopicIdPartition, lg: Log) -> None:
+        """Tiering turned off with remote.log.delete.on.disable (KIP-950).
+
+        Remote data is deleted in the background; the log starts at its
+        local start from now on.
+        """
+        self.stop_partition((tip.topic, tip.partition))
+        lg.highest_tiered_offset = -1
+        lg.advance_log_start_offset(lg.local_log_start_offset)
+        self._disabled.append(tip)
+        self.wake()
+
+    async def _delete_all_segments(self, tip: TopicIdPartition) -> int:
+        deleted = 0
+        for md in list(self.svc.rlmm.list_remote_log_segments(tip)):
+            await delete_remote_segment(self.svc, md)
+            deleted += 1
+        return deleted
+
+    async def _remove_partition(self, tip: TopicIdPartition) -> None:
+        rlmm = self.svc.rlmm
+        await rlmm.put_remote_partition_delete_metadata(
+            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED))
+        await rlmm.put_remote_partition_delete_metadata(
+            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED))
+        deleted = await self._delete_all_segments(tip)
+        await rlmm.put_remote_partition_delete_metadata(
+            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED))
+        log.info("remote partition deleted", partition=str(tip), segments=deleted)
+
+    def _partition_delete_event(self, tip: TopicIdPartition,
+                                state: RemotePartitionDeleteState) -> RemotePartitionDeleteMetadata:
+        return RemotePartitionDeleteMetadata(tip, state, self.svc.clock(), self.svc.node_id)
+
+    async def _run_removals(self) -> None:
+        """Process deleted and disabled partitions; failed ones stay queued."""
+        for queue, job in ((self._removals, self._remove_partition),
+                           (self._disabled, self._delete_all_segments)):
+            pending, queue[:] = list(queue), []
+            for tip in pending:
+                try:
+                    await job(tip)
+                except Exception as exc:
+                    log.warning("remote partition cleanup failed; will retry",
+                                partition=str(tip), error=str(exc))
+                    queue.append(tip)
+
+    def wake(self) -> None:
+        """Run a cycle soon (new partition, config change, test hooks)."""
+        self._wakeup.set()
+
+    # -- the periodic cycle ----------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            interval = self.config["remote.log.manager.task.interval.ms"] / 1000
+            while True:
+                with trio.move_on_after(interval):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                await self._cycle_all()
+                await self._run_removals()
+                self._forget_old_reads()
+
+    async def _cycle_all(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for p in list(self.partitions.values()):
+                nursery.start_soon(self._cycle, p)
+
+    async def _cycle(self, p: TieredPartition) -> None:
+        try:
+            await self._ensure_ready(p)
+        except Exception as exc:
+            log.warning("remote metadata not ready", partition=str(p.tip), error=str(exc))
+            return
+        now = self.svc.clock()
+        if not p.cancelled and p.copy_backoff.ready(now):
+            await self._guarded(p, p.copy_backoff, "copy", copy_segments)
+        if not p.cancelled and p.expire_backoff.ready(now):
+            await self._guarded(p, p.expire_backoff, "expire", expire_segments)
+
+    async def _guarded(self, p: TieredPartition, backoff: Backoff, what: str,
+                       task: Callable[[TieredPartition, RemoteServices], Any]) -> None:
+        try:
+            await task(p, self.svc)
+        except RemoteStorageError as exc:
+            delay = backoff.failed(self.svc.clock())
+            log.warning("remote task failed; backing off", task=what, topic=p.tip.topic,
+                        partition=p.tip.partition, error=str(exc), retriable=exc.retriable,
+                        retry_in_ms=delay)
+        except Exception:
+            delay = backoff.failed(self.svc.clock())
+            log.exception("remote task crashed; backing off", task=what, topic=p.tip.topic,
+                          partition=p.tip.partition, retry_in_ms=delay)
+        else:
+            backoff.succeeded()
+
+    # -- reads ---------------------------------------------------------------------
+
+    def segment_for(self, p: TieredPartition, offset: int) -> RemoteLogSegmentMetadata:
+        """The finished remote segment holding ``offset`` in this log's epoch lineage.
+
+        Raises:
+            KafkaApiError: OFFSET_OUT_OF_RANGE if none does.
+        """
+        epoch = p.log.epochs.epoch_for_offset(offset)
+        md = self.svc.rlmm.remote_log_segment_metadata(p.tip, epoch, offset)
+        if md is None:
+            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                f"no remote segment holds offset {offset} (epoch {epoch})")
+        return md
+
+    async def read(self, tp: TopicPartition, offset: int, max_bytes: int,
+                   min_one_batch: bool, deadline: float) -> bytes | None:
+        """Remote records from ``offset``; None if not ready by ``deadline`` (trio time).
+
+        Raises:
+            KafkaApiError: OFFSET_OUT_OF_RANGE (no such remote data),
+                KAFKA_STORAGE_ERROR (store down, object missing, queue full),
+                CORRUPT_MESSAGE (remote bytes fail validation).
+        """
+        p = self.partitions.get(tp)
+        if p is None:
+            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, "partition is not tiered here")
+        await self._ready_or_storage_error(p)
+        key = (tp, offset, max_bytes)
+        entry = self._reads.get(key)
+        if entry is None:
+            entry = self._start_read(p, key, offset, max_bytes, min_one_batch)
+        with trio.move_on_at(deadline):
+            await entry.done.wait()
+        if not entry.done.is_set():
+            return None
+        if entry.error is not None:
+            raise entry.error
+        return entry.result
+
+    def _start_read(self, p: TieredPartition, key: tuple[TopicPartition, int, int], offset: int,
+                    max_bytes: int, min_one_batch: bool) -> _Read:
+        pending = sum(1 for r in self._reads.values() if not r.done.is_set())
+        if pending >= self.svc.reader_max_pending or self._nursery is None:
+            self.svc.metrics.fetch_errors.labels(p.tip.topic).inc()
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, "remote reader queue is full")
+        md = self.segment_for(p, offset)
+        entry = _Read(trio.Event())
+        self._reads[key] = entry
+        self._nursery.start_soon(self._do_read, p, md, entry, offset, max_bytes, min_one_batch)
+        return entry
+
+    async def _do_read(self, p: TieredPartition, md: RemoteLogSegmentMetadata, entry: _Read,
+                       offset: int, max_bytes: int, min_one_batch: bool) -> None:
+        svc = self.svc
+        topic = p.tip.topic
+        svc.metrics.fetch_requests.labels(topic).inc()
+        try:
+            entry.result = await trio.to_thread.run_sync(
+                _busy, svc.reader_busy, reader.read_blocking, svc.rsm, svc.index_cache, md,
+                offset, max_bytes, min_one_batch, limiter=svc.reader_limiter)
+            svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
+        except reader.CorruptRemoteDataError as exc:
+            entry.error = self._read_failed(p, md, exc, ErrorCode.CORRUPT_MESSAGE)
+        except RemoteStorageError as exc:
+            entry.error = self._read_failed(p, md, exc, ErrorCode.KAFKA_STORAGE_ERROR)
+        except Exception as exc:
+            log.exception("remote read crashed", segment=str(md.remote_log_segment_id))
+            entry.error = self._read_failed(p, md, exc, ErrorCode.UNKNOWN_SERVER_ERROR)
+        finally:
+            entry.finished_at = time.monotonic()
+            entry.done.set()
+
+    def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,
+                     code: ErrorCode) -> KafkaApiError:
+        self.svc.metrics.fetch_errors.labels(p.tip.topic).inc()
+        log.warning("remote read failed", segment=str(md.remote_log_segment_id),
+                    start_offset=md.start_offset, end_offset=md.end_offset, error=str(exc),
+                    answer=code.name)
+        return KafkaApiError(code, str(exc))
+
+    def _forget_old_reads(self) -> None:
+        cutoff = time.monotonic() - _RESULT_TTL_S
+        for key, entry in list(self._reads.items()):
+            if entry.done.is_set() and entry.finished_at < cutoff:
+                del self._reads[key]
+
+    async def _ready_or_storage_error(self, p: TieredPartition) -> None:
+        try:
+            await self._ensure_ready(p)
+        except Exception as exc:
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                f"remote metadata not ready: {exc}") from None
+
+    def remote_max_timestamp(self, tp: TopicPartition) -> int | None:
+        """Largest record timestamp in the partition's readable remote segments."""
+        p = self.partitions.get(tp)
+        if p is None or not p.ready:
+            return None
+        stamps = [m.max_timestamp_ms for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                  if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                  and m.end_offset >= p.log.log_start_offset]
+        return max(stamps) if stamps else None
+
+    async def offset_for_timestamp(self, tp: TopicPartition,
+                                   timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first remote record >= ``timestamp``, or None.
+
+        Raises:
+            KafkaApiError: KAFKA_STORAGE_ERROR if the remote tier cannot be read.
+        """
+        p = self.partitions.get(tp)
+        if p is None:
+            return None
+        await self._ready_or_storage_error(p)
+        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                           and m.end_offset >= p.log.log_start_offset
+                           and m.max_timestamp_ms >= timestamp),
+                          key=lambda m: m.start_offset)
+        for md in finished:
+            try:
+                found = await trio.to_thread.run_sync(
+                    reader.offset_for_timestamp_blocking, self.svc.rsm, self.svc.index_cache, md,
+                    timestamp, p.log.log_start_offset, limiter=self.svc.reader_limiter)
+            except RemoteStorageError as exc:
+                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+            if found is not None:
+                return found
+        return None
+
+    # -- metrics -------------------------------------------------------------------
+
+    def partition_gauges(self) -> list[tuple[str, int, dict[str, float]]]:
+        out = []
+        for (topic, partition), p in list(self.partitions.items()):
+            if not p.ready:
+                continue
+            segments = list(self.svc.rlmm.list_remote_log_segments(p.tip))
+            finished = [m for m in segments
+                        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+            lag = copy_candidates(p) if not p.cancelled else []
+            out.append((topic, partition, {
+                "RemoteLogSizeBytes": float(sum(m.segment_size_in_bytes for m in finished)),
+                "RemoteLogMetadataCount": float(len(segments)),
+                "RemoteCopyLagBytes": float(sum(s.size for s in lag)),
+                "RemoteCopyLagSegments": float(len(lag)),
+            }))
+        return out
+
+    def broker_gauges(self) -> dict[str, float]:
+        return {
+            "RemoteLogReaderTaskQueueSize": float(
+                self.svc.reader_limiter.statistics().tasks_waiting),
+            "RemoteLogReaderAvgIdlePercent": self.svc.reader_busy.idle_percent(),
+            "RemoteLogManagerTasksAvgIdlePercent": self.svc.tasks_busy.idle_percent(),
+        }
+
+
+def _busy(tracker: BusyTracker, fn: Callable[..., bytes], *args: Any) -> bytes:
+    """Run ``fn`` in this worker thread, counting the time as busy."""
+    token = tracker.start()
+    try:
+        return fn(*args)
+    finally:
+        tracker.stop(token)
+
+
+def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any,
+                   clock: Callable[[], int]) -> RemoteServices:
+    """Pools, caches and metrics from the broker config (Kafka's key names)."""
+    readers = config["remote.log.reader.threads"]
+    copiers = config["remote.log.manager.copier.thread.pool.size"]
+    expirers = config["remote.log.manager.expiration.thread.pool.size"]
+    return RemoteServices(
+        rsm=rsm, rlmm=rlmm,
+        index_cache=RemoteIndexCache(log_dir, config["remote.log.index.file.cache.total.size.bytes"]),
+        metrics=RemoteMetrics(registry), node_id=config["node.id"], clock=clock,
+        copier_limiter=trio.CapacityLimiter(copiers),
+        expiration_limiter=trio.CapacityLimiter(expirers),
+        reader_limiter=trio.CapacityLimiter(readers),
+        reader_busy=BusyTracker(readers), tasks_busy=BusyTracker(copiers + expirers),
+        reader_max_pending=config["remote.log.reader.max.pending.tasks"])

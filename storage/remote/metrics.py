@@ -1,0 +1,114 @@
+"""Tiered-storage metrics with the KIP-405 / KIP-963 names.
+
+Counters carry Kafka's ``...PerSec`` names (Prometheus adds ``_total``; a
+rate() over them is Kafka's per-second meter). Gauges are computed at scrape
+time from the live state, so they can never drift from it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class BusyTracker:
+    """Fraction of time a pool of ``size`` workers spent idle since the last scrape.
+
+    Concurrency: ``busy`` is entered from worker threads and trio tasks alike.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._busy_s = 0.0
+        self._active: dict[int, float] = {}
+        self._window_start = time.monotonic()
+        self._next = 0
+
+    def start(self) -> int:
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._active[token] = time.monotonic()
+            return token
+
+    def stop(self, token: int) -> None:
+        with self._lock:
+            started = self._active.pop(token, None)
+            if started is not None:
+                self._busy_s += time.monotonic() - max(started, self._window_start)
+
+    def idle_percent(self) -> float:
+        """Idle percentage over the window since the previous call (0..100)."""
+        with self._lock:
+            now = time.monotonic()
+            busy = self._busy_s + sum(now - max(s, self._window_start)
+                                      for s in self._active.values())
+            elapsed = max(now - self._window_start, 1e-9) * self.size
+            self._busy_s = 0.0
+            self._window_start = now
+            self._active = {k: now for k in self._active}
+        return max(0.0, min(100.0, 100.0 * (1 - busy / elapsed)))
+
+
+class RemoteMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.copy_bytes = Counter("RemoteCopyBytesPerSec", "Bytes copied to remote storage",
+                                  ["topic"], registry=r)
+        self.copy_requests = Counter("RemoteCopyRequestsPerSec", "Segment copies started",
+                                     ["topic"], registry=r)
+        self.copy_errors = Counter("RemoteCopyErrorsPerSec", "Failed segment copies",
+                                   ["topic"], registry=r)
+        self.fetch_bytes = Counter("RemoteFetchBytesPerSec", "Bytes read from remote storage",
+                                   ["topic"], registry=r)
+        self.fetch_requests = Counter("RemoteFetchRequestsPerSec", "Remote reads", ["topic"],
+                                      registry=r)
+        self.fetch_errors = Counter("RemoteFetchErrorsPerSec", "Failed remote reads", ["topic"],
+                                    registry=r)
+        self.delete_requests = Counter("RemoteDeleteRequestsPerSec", "Remote segment deletions",
+                                       ["topic"], registry=r)
+        self.delete_errors = Counter("RemoteDeleteErrorsPerSec", "Failed remote deletions",
+                                     ["topic"], registry=r)
+        self._registry = r
+
+    def add_gauges(self, per_partition: Callable[[], Iterable[tuple[str, int, dict[str, float]]]],
+                   broker: Callable[[], dict[str, float]]) -> None:
+        """Register scrape-time gauges (per partition and broker-wide)."""
+        self._registry.register(_GaugeCollector(per_partition, broker))
+
+
+_PARTITION_GAUGES = {
+    "RemoteLogSizeBytes": "Bytes of the partition in remote storage",
+    "RemoteLogMetadataCount": "Remote segments known for the partition",
+    "RemoteCopyLagBytes": "Bytes of closed local segments not yet tiered",
+    "RemoteCopyLagSegments": "Closed local segments not yet tiered",
+}
+_BROKER_GAUGES = {
+    "RemoteLogReaderTaskQueueSize": "Remote reads waiting for a reader thread",
+    "RemoteLogReaderAvgIdlePercent": "Idle percentage of the remote reader pool",
+    "RemoteLogManagerTasksAvgIdlePercent": "Idle percentage of the copier/expiration pools",
+}
+
+
+class _GaugeCollector(Collector):
+    def __init__(self, per_partition: Callable[[], Iterable[tuple[str, int, dict[str, float]]]],
+                 broker: Callable[[], dict[str, float]]) -> None:
+        self._per_partition = per_partition
+        self._broker = broker
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        families = {name: GaugeMetricFamily(name, doc, labels=["topic", "partition"])
+                    for name, doc in _PARTITION_GAUGES.items()}
+        for topic, partition, values in self._per_partition():
+            for name, value in values.items():
+                families[name].add_metric([topic, str(partition)], value)
+        yield from families.values()
+        values = self._broker()
+        for name, doc in _BROKER_GAUGES.items():
+            yield GaugeMetricFamily(name, doc, value=values.get(name, 0.0))

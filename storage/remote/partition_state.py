@@ -1,0 +1,65 @@
+"""What the remote log manager keeps per tiered partition, and its shared services."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from storage.log.log import Log
+from storage.remote.backoff import Backoff
+from storage.remote.index_cache import RemoteIndexCache
+from storage.remote.metrics import BusyTracker, RemoteMetrics
+from storage.remote.rsm import RemoteStorageManager
+from storage.remote.types import TopicIdPartition
+
+
+@dataclass(slots=True)
+class TieredPartition:
+    """One leader partition with tiering on.
+
+    Attributes:
+        tip: topic id, name and partition.
+        log: the local log.
+        last_stable_offset: the partition's LSO (copy never passes it).
+        copy_backoff / expire_backoff: retry timing of the periodic tasks.
+        copying: ids of copies in flight (not stale, even if STARTED long ago).
+        cancelled: leadership lost or partition deleted; tasks stop at the
+            next checkpoint.
+        ready: the metadata manager caught up for this partition and the
+            log's tiered state was restored from it.
+    """
+
+    tip: TopicIdPartition
+    log: Log
+    last_stable_offset: Callable[[], int]
+    copy_backoff: Backoff
+    expire_backoff: Backoff
+    copying: set[uuid.UUID] = field(default_factory=set)
+    cancelled: bool = False
+    ready: bool = False
+
+
+@dataclass(slots=True)
+class RemoteServices:
+    """Everything the copy, expiration and read paths share.
+
+    The three limiters are KIP-405's thread pools: each bounds how many
+    blocking storage calls of its kind run at once in worker threads.
+    """
+
+    rsm: RemoteStorageManager
+    rlmm: Any
+    index_cache: RemoteIndexCache
+    metrics: RemoteMetrics
+    node_id: int
+    clock: Callable[[], int]
+    copier_limiter: trio.CapacityLimiter
+    expiration_limiter: trio.CapacityLimiter
+    reader_limiter: trio.CapacityLimiter
+    reader_busy: BusyTracker
+    tasks_busy: BusyTracker
+    reader_max_pending: int

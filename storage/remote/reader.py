@@ -1,0 +1,174 @@
+"""Reading records from the remote tier for consumer fetches and timestamp lookups.
+
+Theory of operation: a fetch below the local log start finds the remote
+segment holding the offset (through the metadata manager, by the offset's
+leader epoch), maps the offset to a byte position with the segment's offset
+index (RemoteIndexCache), reads a byte range from the storage manager, skips
+batches below the offset and returns whole batches within the byte budget.
+
+Every batch handed back is checked: CRC-32C, magic, offsets inside the
+segment's range and increasing. A missing or corrupt object raises
+``RemoteStorageError``: the fetch answers that partition with an error,
+never with garbage or an empty result that would look like the end of the
+log.
+
+Concurrency: ``read_blocking`` and ``offset_for_timestamp_blocking`` run in
+worker threads behind the reader limiter; they touch only the storage
+manager, the index cache (thread-safe) and their arguments.
+"""
+
+from __future__ import annotations
+
+from protocol import records
+from protocol.errors import KafkaApiError
+from storage.remote.index_cache import CachedIndexes, RemoteIndexCache
+from storage.remote.rsm import RemoteStorageManager
+from storage.remote.types import IndexType, RemoteLogSegmentMetadata, RemoteStorageError
+
+# Extra bytes read past the budget so the scan from the indexed position can
+# skip the batches below the wanted offset in the same request (the index has
+# an entry every index.interval.bytes = 4 KiB by default).
+_SCAN_SLACK = 64 * 1024
+
+
+class CorruptRemoteDataError(RemoteStorageError):
+    """Remote bytes that are not the records the metadata promises."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+def indexes_for(cache: RemoteIndexCache, rsm: RemoteStorageManager,
+                md: RemoteLogSegmentMetadata) -> CachedIndexes:
+    seg_id = md.remote_log_segment_id.id
+    try:
+        return cache.get(str(seg_id), md.start_offset,
+                         lambda: (rsm.fetch_index(md, IndexType.OFFSET),
+                                  rsm.fetch_index(md, IndexType.TIMESTAMP)))
+    except ValueError as exc:
+        raise CorruptRemoteDataError(
+            f"corrupt remote index of {md.remote_log_segment_id}: {exc}") from None
+
+
+def _fetch(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int,
+           length: int) -> bytes:
+    end = min(start + length, md.segment_size_in_bytes) - 1
+    if end < start:
+        return b""
+    return rsm.fetch_log_segment(md, start, end)
+
+
+def _check_batch(buf: bytes, header: records.BatchHeader, md: RemoteLogSegmentMetadata,
+                 previous_last: int) -> None:
+    if (header.magic != records.MAGIC_V2 or not records.crc_ok(buf, header)
+            or header.base_offset < md.start_offset or header.last_offset > md.end_offset
+            or header.base_offset <= previous_last):
+        raise CorruptRemoteDataError(
+            f"corrupt batch at offset {header.base_offset} in remote segment "
+            f"{md.remote_log_segment_id}")
+
+
+def read_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
+                  md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+                  min_one_batch: bool) -> bytes:
+    """Whole batches of ``md`` starting with the one that holds ``offset``.
+
+    Returns:
+        Up to ``max_bytes`` of batches (the first batch even if larger, when
+        ``min_one_batch``); b"" if the budget cannot hold the first batch.
+
+    Raises:
+        RemoteStorageError: missing object, corrupt data, store failure.
+    """
+    position = indexes_for(cache, rsm, md).position_for(offset)
+    size = md.segment_size_in_bytes
+    previous_last = md.start_offset - 1
+    while position < size:
+        chunk = _fetch(rsm, md, position, max(max_bytes, records.HEADER_SIZE) + _SCAN_SLACK)
+        consumed = 0
+        for header in records.iter_headers(chunk):
+            if header.last_offset >= offset:
+                return _collect(rsm, md, chunk, header, position, max_bytes, min_one_batch,
+                                previous_last)
+            _check_batch(chunk, header, md, previous_last)
+            previous_last = header.last_offset
+            consumed = header.position + header.size
+        if consumed == 0:
+            # The batch at ``position`` is larger than the chunk: fetch it whole.
+            batch = _whole_batch_at(rsm, md, chunk, position)
+            header = records.parse_header(batch, 0)
+            if header.last_offset >= offset:
+                return _collect(rsm, md, batch, header, position, max_bytes, min_one_batch,
+                                previous_last)
+            _check_batch(batch, header, md, previous_last)
+            previous_last = header.last_offset
+            consumed = header.size
+        position += consumed
+    raise CorruptRemoteDataError(f"offset {offset} not found in remote segment "
+                             f"{md.remote_log_segment_id} ({md.start_offset}..{md.end_offset})")
+
+
+def _whole_batch_at(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, chunk: bytes,
+                    position: int) -> bytes:
+    if len(chunk) < records.HEADER_SIZE:
+        raise CorruptRemoteDataError(f"truncated batch header in {md.remote_log_segment_id}")
+    _, length = records.peek_offset_and_length(chunk, 0)
+    if length < records.HEADER_SIZE - records.LOG_OVERHEAD:
+        raise CorruptRemoteDataError(f"corrupt batch length in {md.remote_log_segment_id}")
+    batch = _fetch(rsm, md, position, records.LOG_OVERHEAD + length)
+    if len(batch) < records.LOG_OVERHEAD + length:
+        raise CorruptRemoteDataError(f"truncated batch in {md.remote_log_segment_id}")
+    return batch
+
+
+def _collect(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, chunk: bytes,
+             first: records.BatchHeader, chunk_position: int, max_bytes: int,
+             min_one_batch: bool, previous_last: int) -> bytes:
+    """Whole batches from ``first`` within the budget, every one checked."""
+    if first.size > max_bytes and not min_one_batch:
+        return b""
+    if first.position + first.size > len(chunk):
+        chunk = _whole_batch_at(rsm, md, chunk[first.position:], chunk_position + first.position)
+        first = records.parse_header(chunk, 0)
+    start = first.position
+    end = start
+    for header in records.iter_headers(memoryview(chunk)[start:]):
+        header.position += start
+        if end > start and header.position + header.size - start > max_bytes:
+            break
+        _check_batch(chunk, header, md, previous_last)
+        previous_last = header.last_offset
+        end = header.position + header.size
+    return bytes(chunk[start:end])
+
+
+def offset_for_timestamp_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
+                                  md: RemoteLogSegmentMetadata, timestamp: int,
+                                  floor_offset: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record >= ``timestamp`` in ``md``, at or above
+    ``floor_offset`` (the log start), or None.
+
+    Raises:
+        RemoteStorageError: missing object, corrupt data, store failure.
+    """
+    indexes = indexes_for(cache, rsm, md)
+    start_offset = max(indexes.offset_for_timestamp(timestamp), floor_offset, md.start_offset)
+    position = indexes.position_for(start_offset)
+    data = _fetch(rsm, md, position, md.segment_size_in_bytes - position)
+    previous_last = md.start_offset - 1
+    for header in records.iter_headers(data):
+        _check_batch(data, header, md, previous_last)
+        previous_last = header.last_offset
+        if header.last_offset < start_offset or header.max_timestamp < timestamp:
+            continue
+        append_time = header.attributes & records.ATTR_LOG_APPEND_TIME
+        try:
+            decoded = records.decode_records(data, header)
+        except KafkaApiError as exc:
+            raise CorruptRemoteDataError(f"undecodable batch in {md.remote_log_segment_id}: "
+                                     f"{exc}") from None
+        for rec in decoded:
+            ts = header.max_timestamp if append_time else rec.timestamp
+            if ts >= timestamp and rec.offset >= start_offset:
+                return rec.offset, ts
+    return None

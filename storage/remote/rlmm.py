@@ -1,0 +1,457 @@
+"""TopicBasedRemoteLogMetadataManager: the default RemoteLogMetadataManager (KIP-405).
+
+The interface (``RemoteLogMetadataManager``), the broker adapter it needs
+(``MetadataLog``) and the partition mapping live in ``rlmm_api`` and are
+re-exported here.
+
+Theory of operation
+-------------------
+Every segment lifecycle event is a record in the internal topic
+``__remote_log_metadata``. All events of one user partition go to one
+metadata partition (``metadata_partition``), so they are totally ordered,
+and every broker folds the metadata partitions of the user partitions it
+leads or follows into one ``RemoteLogMetadataCache`` per user partition.
+The topic is the truth; the caches are a view of a prefix of it.
+
+Writes (``add_...``, ``update_...``, ``put_...``) take the metadata
+partition's lock, fold what is already in the topic, check the event
+against the cache (an illegal transition is refused before anything is
+written), append it, and fold up to and including their own record before
+returning: a writer reads its own write, and records from other writers
+are never folded out of order.
+
+Reads are plain lookups in the caches. They raise ``MetadataNotReady``
+(retriable) while no user partition of that metadata partition is assigned
+here, or before the first catch-up with the topic since it was assigned.
+
+``run`` is the consumer task: it folds new records of the assigned
+metadata partitions every ``POLL_INTERVAL_S`` and, every
+``snapshot_interval_s``, writes a snapshot file per changed user partition
+and then ``_rlmm_committed_offsets`` (``rlmm_snapshot``). A restart loads
+them and reads only the tail. A snapshot may be newer than the committed
+offset (a crash between the two writes): records of that user partition at
+or below the snapshot's own offset are skipped, so nothing is folded twice.
+A corrupt snapshot, or a committed offset beyond the end of the topic, makes
+that metadata partition be read again from the start.
+
+Unassigning every user partition of a metadata partition pauses it (its
+caches stay, stale, until it is assigned again and caught up).
+
+Concurrency: everything runs on the trio thread; file writes go through
+``trio.to_thread``. The metadata log adapter is called with no lock but the
+metadata partition's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import structlog
+import trio
+
+from storage.remote import rlmm_snapshot
+from storage.remote.metadata_cache import (
+    RemoteLogMetadata,
+    RemoteLogMetadataCache,
+    RemoteLogMetadataError,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
+from storage.remote.rlmm_api import (
+    DEFAULT_NUM_PARTITIONS,
+    NUM_PARTITIONS_CONFIG,
+    TOPIC_NAME,
+    MetadataLog,
+    MetadataNotReady,
+    RemoteLogMetadataManager,
+    metadata_partition,
+)
+from storage.remote.rlmm_serde import MetadataRecordError, deserialize, serialize, snapshot_bytes
+from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
+
+__all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "MetadataLog",
+           "MetadataNotReady", "RemoteLogMetadataError", "RemoteLogMetadataManager",
+           "TopicBasedRemoteLogMetadataManager", "metadata_partition"]
+
+log = structlog.get_logger(__name__)
+
+# How often the consumer task looks for new records: Kafka's ConsumerTask
+# polls with a 100 ms timeout.
+POLL_INTERVAL_S = 0.1
+# How often snapshots and committed offsets are written: Kafka's ConsumerTask
+# synced its committed offsets every 30 s.
+DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
+# Bytes asked for per read of a metadata partition: the consumer default
+# max.partition.fetch.bytes.
+READ_MAX_BYTES = 1 << 20
+# While the topic cannot be created or read yet (a cluster still starting),
+# ``run`` retries its start this often and for this long: Kafka's
+# remote.log.metadata.initialization.retry.interval.ms (100) and
+# .retry.max.timeout.ms (120000) defaults.
+INIT_RETRY_INTERVAL_S = 0.1
+INIT_RETRY_MAX_TIMEOUT_S = 120.0
+
+
+@dataclass(slots=True)
+class _MetadataPartition:
+    """Everything known about one metadata partition."""
+
+    caches: dict[TopicIdPartition, RemoteLogMetadataCache] = field(default_factory=dict)
+    next_offset: int = 0
+    # User partitions restored from snapshots -> the snapshot's metadata offset.
+    skip_through: dict[TopicIdPartition, int] = field(default_factory=dict)
+    # User partitions changed since their snapshot; snapshot files to delete.
+    dirty: set[TopicIdPartition] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    assigned: set[TopicIdPartition] = field(default_factory=set)
+    ready: bool = False
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class TopicBasedRemoteLogMetadataManager:
+    """The default RemoteLogMetadataManager, backed by ``__remote_log_metadata``.
+
+    Args:
+        metadata_log: the internal topic (see MetadataLog).
+        log_dir: where ``_rlmm_committed_offsets`` and the snapshots live.
+        num_partitions: remote.log.metadata.topic.num.partitions.
+        snapshot_interval_s: how often ``run`` writes snapshots.
+    """
+
+    def __init__(self, metadata_log: MetadataLog, log_dir: str, *,
+                 num_partitions: int = DEFAULT_NUM_PARTITIONS,
+                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S) -> None:
+        if num_partitions <= 0:
+            raise ValueError(f"{NUM_PARTITIONS_CONFIG} must be positive, not {num_partitions}")
+        self._log = metadata_log
+        self._log_dir = log_dir
+        self.num_partitions = num_partitions
+        self._snapshot_interval_s = snapshot_interval_s
+        self._partitions: dict[int, _MetadataPartition] = {}
+        self._committed: dict[int, int] = {}
+        self._started = False
+        self._closed = False
+        self._wakeup = trio.Event()
+        self._sync_lock = trio.Lock()
+
+    def partition_for(self, tip: TopicIdPartition) -> int:
+        return metadata_partition(tip, self.num_partitions)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Ensure the topic exists and load snapshots and committed offsets (idempotent).
+
+        Raises:
+            RemoteLogMetadataError: the topic exists with another partition count.
+        """
+        if self._started:
+            return
+        actual = await self._log.ensure_topic(self.num_partitions)
+        if actual != self.num_partitions:
+            raise RemoteLogMetadataError(
+                f"{TOPIC_NAME} has {actual} partitions but {NUM_PARTITIONS_CONFIG} is "
+                f"{self.num_partitions}; the user partition mapping would change")
+        committed = await trio.to_thread.run_sync(rlmm_snapshot.read_committed_offsets,
+                                                  self._log_dir)
+        loaded = await trio.to_thread.run_sync(rlmm_snapshot.load_snapshots, self._log_dir)
+        stale = set(loaded.corrupt)
+        for name in loaded.corrupt:
+            # The file name still tells the user partition, and so its metadata
+            # partition (the mapping needs only the topic id and partition).
+            named = rlmm_snapshot.parse_snapshot_file_name(name)
+            if named is not None:
+                p = self.partition_for(TopicIdPartition(named[0], "", named[1]))
+                if committed.pop(p, None) is not None:
+                    log.warning("corrupt remote log metadata snapshot; re-reading its partition",
+                                file=name, metadata_partition=p)
+        for name, snap in loaded.snapshots.items():
+            p = self.partition_for(snap.topic_id_partition)
+            if p not in committed:
+                stale.add(name)
+                continue
+            state = self._partitions.setdefault(p, _MetadataPartition(next_offset=committed[p] + 1))
+            cache = RemoteLogMetadataCache(snap.topic_id_partition)
+            cache.restore(snap.segments, snap.delete_metadata)
+            state.caches[snap.topic_id_partition] = cache
+            state.skip_through[snap.topic_id_partition] = snap.metadata_offset
+        for p, offset in committed.items():
+            self._partitions.setdefault(p, _MetadataPartition(next_offset=offset + 1))
+        if stale:
+            await trio.to_thread.run_sync(rlmm_snapshot.remove_snapshots, self._log_dir, stale)
+        self._committed = committed
+        self._started = True
+        log.info("remote log metadata manager started", partitions=self.num_partitions,
+                 committed=sorted(committed))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start, then fold new records and write snapshots until cancelled or closed.
+
+        Error handling: a failing start is retried every INIT_RETRY_INTERVAL_S
+        for INIT_RETRY_MAX_TIMEOUT_S, then raised; a partition-count mismatch
+        is raised at once (no retry can fix it). A failing read is logged and
+        retried on the next poll.
+        """
+        await self._start_with_retries()
+        task_status.started()
+        next_sync = trio.current_time() + self._snapshot_interval_s
+        while not self._closed:
+            for p, state in sorted(self._partitions.items()):
+                if state.assigned:
+                    await self._catch_up_logged(p, state)
+            if trio.current_time() >= next_sync:
+                await self.sync_snapshots()
+                next_sync = trio.current_time() + self._snapshot_interval_s
+            with trio.move_on_after(POLL_INTERVAL_S):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+
+    async def _start_with_retries(self) -> None:
+        deadline = trio.current_time() + INIT_RETRY_MAX_TIMEOUT_S
+        while True:
+            try:
+                await self.start()
+                return
+            except RemoteLogMetadataError:
+                raise
+            except Exception as exc:
+                if trio.current_time() >= deadline:
+                    raise
+                log.warning("remote log metadata manager cannot start yet; retrying",
+                            error=repr(exc))
+            await trio.sleep(INIT_RETRY_INTERVAL_S)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wakeup.set()
+        if self._started:
+            await self.sync_snapshots()
+
+    # -- assignment ----------------------------------------------------------
+
+    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
+                                        followers: Iterable[TopicIdPartition]) -> None:
+        for tip in [*leaders, *followers]:
+            p = self.partition_for(tip)
+            self._partitions.setdefault(p, _MetadataPartition()).assigned.add(tip)
+        self._wakeup.set()
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        for tip in partitions:
+            state = self._partitions.get(self.partition_for(tip))
+            if state is None:
+                continue
+            state.assigned.discard(tip)
+            if not state.assigned:
+                state.ready = False
+
+    def is_ready(self, tip: TopicIdPartition) -> bool:
+        state = self._partitions.get(self.partition_for(tip))
+        return state is not None and state.ready
+
+    async def ensure_ready(self, tip: TopicIdPartition) -> None:
+        """Catch ``tip``'s metadata partition up with the topic now.
+
+        Raises:
+            MetadataNotReady: ``tip`` is not assigned here.
+        """
+        p, state = self._assigned_state(tip)
+        async with state.lock:
+            await self._catch_up(p, state)
+
+    # -- writes --------------------------------------------------------------
+
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        await self._publish(metadata)
+
+    async def update_remote_log_segment_metadata(
+            self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        await self._publish(update)
+
+    async def put_remote_partition_delete_metadata(
+            self, metadata: RemotePartitionDeleteMetadata) -> None:
+        await self._publish(metadata)
+
+    async def _publish(self, event: RemoteLogMetadata) -> None:
+        """Check, append and fold ``event``.
+
+        Raises:
+            IllegalStateTransition, UnknownSegmentError, ValueError: refused;
+                nothing was written.
+            MetadataNotReady: the partition is not assigned here.
+            RemoteLogMetadataError: closed, or written but refused when folded
+                (another writer got there first).
+        """
+        if self._closed or not self._started:
+            raise RemoteLogMetadataError("remote log metadata manager is not running")
+        tip = event.topic_id_partition
+        p, state = self._assigned_state(tip)
+        async with state.lock:
+            await self._catch_up(p, state)
+            state.caches.get(tip, RemoteLogMetadataCache(tip)).check(event)
+            offset = await self._log.append(p, serialize(event))
+            error = await self._catch_up(p, state, through=offset)
+        if state.next_offset <= offset:
+            raise RemoteLogMetadataError(f"{tip}: appended at {p}:{offset} but could not read it")
+        if error is not None:
+            raise RemoteLogMetadataError(f"{tip}: record {p}:{offset} refused: {error}") from error
+
+    def _assigned_state(self, tip: TopicIdPartition) -> tuple[int, _MetadataPartition]:
+        p = self.partition_for(tip)
+        state = self._partitions.get(p)
+        if state is None or tip not in state.assigned:
+            raise MetadataNotReady(f"{tip} is not assigned to this remote log metadata manager")
+        return p, state
+
+    # -- folding records -----------------------------------------------------
+
+    async def _catch_up_logged(self, p: int, state: _MetadataPartition) -> None:
+        try:
+            async with state.lock:
+                await self._catch_up(p, state)
+        except Exception:  # the adapter failed: retried next poll; lookups keep the old view
+            log.exception("reading remote log metadata failed", metadata_partition=p)
+
+    async def _catch_up(self, p: int, state: _MetadataPartition,
+                        through: int | None = None) -> Exception | None:
+        """Fold records of ``p`` up to ``through`` (default: the end). Caller holds the lock.
+
+        Returns:
+            Why the record at ``through`` was refused, or None.
+        """
+        end = self._log.end_offset(p)
+        if state.next_offset > end:
+            log.warning("remote log metadata behind committed offset; re-reading",
+                        metadata_partition=p, committed=state.next_offset - 1, end=end)
+            self._reset(state)
+        target = end if through is None else through + 1
+        refused: Exception | None = None
+        while state.next_offset < target:
+            batch = await self._log.read(p, state.next_offset, READ_MAX_BYTES)
+            if not batch:
+                break
+            for offset, value in batch:
+                if offset < state.next_offset:
+                    continue
+                error = self._fold(p, state, offset, value)
+                if offset == through:
+                    refused = error
+                state.next_offset = offset + 1
+        if through is None and state.assigned:
+            state.ready = True
+        return refused
+
+    def _reset(self, state: _MetadataPartition) -> None:
+        state.removed.update(rlmm_snapshot.snapshot_file_name(t) for t in state.caches)
+        state.caches.clear()
+        state.skip_through.clear()
+        state.dirty.clear()
+        state.next_offset = 0
+
+    def _fold(self, p: int, state: _MetadataPartition, offset: int,
+              value: bytes) -> Exception | None:
+        try:
+            event = deserialize(value)
+        except MetadataRecordError as exc:
+            log.error("dropping undecodable remote log metadata", metadata_partition=p,
+                      offset=offset, error=str(exc))
+            return exc
+        tip = event.topic_id_partition
+        if self.partition_for(tip) != p:
+            log.error("dropping remote log metadata in the wrong partition", tip=str(tip),
+                      metadata_partition=p, offset=offset)
+            return RemoteLogMetadataError(f"{tip} does not belong to metadata partition {p}")
+        if offset <= state.skip_through.get(tip, -1):
+            return None
+        cache = state.caches.get(tip) or RemoteLogMetadataCache(tip)
+        try:
+            cache.apply(event)
+        except (RemoteLogMetadataError, ValueError) as exc:
+            log.warning("dropping remote log metadata", metadata_partition=p, offset=offset,
+                        error=str(exc))
+            return exc
+        if (isinstance(event, RemotePartitionDeleteMetadata)
+                and event.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED):
+            state.caches.pop(tip, None)
+            state.dirty.discard(tip)
+            state.removed.add(rlmm_snapshot.snapshot_file_name(tip))
+        else:
+            state.caches[tip] = cache
+            state.dirty.add(tip)
+        return None
+
+    # -- snapshots -----------------------------------------------------------
+
+    async def sync_snapshots(self) -> None:
+        """Write snapshots of changed user partitions, then the committed offsets."""
+        async with self._sync_lock:
+            committed = dict(self._committed)
+            for p, state in sorted(self._partitions.items()):
+                last = state.next_offset - 1
+                if not state.dirty and not state.removed and committed.get(p, -1) == last:
+                    continue
+                async with state.lock:
+                    last = state.next_offset - 1
+                    blobs = {rlmm_snapshot.snapshot_file_name(t): snapshot_bytes(
+                        t, last, state.caches[t].segments_in_event_order(),
+                        state.caches[t].delete_metadata) for t in state.dirty}
+                    dirty, removed = set(state.dirty), set(state.removed)
+                    state.dirty.clear()
+                    state.removed.clear()
+                try:
+                    await trio.to_thread.run_sync(rlmm_snapshot.write_snapshots,
+                                                  self._log_dir, blobs, removed)
+                except OSError:
+                    log.exception("writing remote log metadata snapshots failed",
+                                  metadata_partition=p)
+                    state.dirty |= dirty
+                    state.removed |= removed
+                    continue
+                if last >= 0:
+                    committed[p] = last
+                else:
+                    committed.pop(p, None)
+            if committed == self._committed:
+                return
+            try:
+                await trio.to_thread.run_sync(rlmm_snapshot.write_committed_offsets,
+                                              self._log_dir, committed)
+            except OSError:
+                log.exception("writing remote log metadata committed offsets failed")
+                return
+            self._committed = committed
+
+    # -- lookups -------------------------------------------------------------
+
+    def _cache(self, tip: TopicIdPartition) -> RemoteLogMetadataCache | None:
+        state = self._partitions.get(self.partition_for(tip))
+        if state is None or not state.ready:
+            raise MetadataNotReady(f"remote log metadata of {tip} is not caught up yet")
+        return state.caches.get(tip)
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        cache = self._cache(tip)
+        return cache.remote_log_segment_metadata(leader_epoch, offset) if cache else None
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        cache = self._cache(tip)
+        return cache.highest_offset_for_epoch(leader_epoch) if cache else None
+
+    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None
+                                 ) -> list[RemoteLogSegmentMetadata]:
+        cache = self._cache(tip)
+        return cache.list_remote_log_segments(leader_epoch) if cache else []
+
+    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> int:
+        segments = self.list_remote_log_segments(tip, leader_epoch)
+        return sum(m.segment_size_in_bytes for m in segments)
+
+    def partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        """The partition's deletion state (None once DELETE_PARTITION_FINISHED or never marked)."""
+        cache = self._cache(tip)
+        return cache.delete_metadata.state if cache and cache.delete_metadata else None

@@ -1,0 +1,158 @@
+"""The RemoteLogMetadataManager interface (KIP-405), and what the topic-based one needs.
+
+``RemoteLogMetadataManager`` is the small Protocol the remote log manager
+talks to. ``MetadataLog`` is what the topic-based implementation
+(``storage.remote.rlmm``) needs from the broker: the partitions of
+``__remote_log_metadata``, without any broker internals. ``metadata_partition``
+maps a user partition to the metadata partition that orders its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import trio
+from kafka.partitioner.default import murmur2
+
+from storage.remote.metadata_cache import (
+    RemoteLogMetadataError,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+)
+from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
+
+TOPIC_NAME = "__remote_log_metadata"
+# rlmm.config.remote.log.metadata.topic.num.partitions and its KIP default.
+NUM_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
+DEFAULT_NUM_PARTITIONS = 50
+_MASK32 = 0xFFFFFFFF
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+class MetadataNotReady(RemoteLogMetadataError):
+    """The metadata of this partition is not assigned here or not caught up yet; retry later."""
+
+
+def _long_hash(value: int) -> int:
+    # java.lang.Long.hashCode: (int) (value ^ (value >>> 32))
+    value &= _MASK64
+    return (value ^ (value >> 32)) & _MASK32
+
+
+def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
+    """The metadata partition holding ``tip``'s events, as Kafka computes it.
+
+    Kafka's RemoteLogMetadataTopicPartitioner hashes not the
+    ``topicId:topic-partition`` string the KIP's pseudo-code suggests, but
+    ``Objects.hash(topicId.lsb, topicId.msb, partition)`` as 4 big-endian
+    bytes: ``toPositive(murmur2(bytes)) % num_partitions``. We match Kafka so
+    a Kafka broker reading our topic finds every partition where it looks.
+    """
+    msb, lsb = tip.topic_id.int >> 64, tip.topic_id.int & _MASK64
+    h = 1  # java.util.Arrays.hashCode over (Long lsb, Long msb, Integer partition)
+    for element in (_long_hash(lsb), _long_hash(msb), tip.partition & _MASK32):
+        h = (31 * h + element) & _MASK32
+    return (murmur2(h.to_bytes(4, "big")) & 0x7FFFFFFF) % num_partitions
+
+
+class MetadataLog(Protocol):
+    """The internal topic as the broker provides it (adapter over ReplicaManager/Log).
+
+    The topic is ``__remote_log_metadata`` with cleanup.policy=delete,
+    retention.ms from rlmm.config.remote.log.metadata.topic.retention.ms
+    (default -1), remote.storage.enable=false.
+    """
+
+    async def ensure_topic(self, num_partitions: int) -> int:
+        """Create the topic with ``num_partitions`` partitions unless it exists.
+
+        Returns:
+            The topic's actual partition count.
+        """
+        ...
+
+    async def append(self, partition: int, record: bytes) -> int:
+        """Append one record (key null, value ``record``) to ``partition``.
+
+        Returns once the record is committed (readable below ``end_offset``).
+
+        Returns:
+            The record's offset.
+        """
+        ...
+
+    async def read(self, partition: int, from_offset: int,
+                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+        """Committed records from ``from_offset`` on, as (offset, value), in order.
+
+        At least one record if any exists at or after ``from_offset`` (even
+        one larger than ``max_bytes``); an offset below the log start reads
+        from the log start; an empty result at the end.
+        """
+        ...
+
+    def end_offset(self, partition: int) -> int:
+        """The offset after the last committed record (the high watermark)."""
+        ...
+
+
+class RemoteLogMetadataManager(Protocol):
+    """KIP-405's RemoteLogMetadataManager, trio style.
+
+    Writes are async and durable on return. Lookups are synchronous and may
+    raise MetadataNotReady.
+    """
+
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Publish a new segment copy (state COPY_SEGMENT_STARTED)."""
+        ...
+
+    async def update_remote_log_segment_metadata(
+            self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        """Publish a state change of an existing segment."""
+        ...
+
+    async def put_remote_partition_delete_metadata(
+            self, metadata: RemotePartitionDeleteMetadata) -> None:
+        """Publish a deletion state of a whole partition."""
+        ...
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        """The COPY_SEGMENT_FINISHED segment with ``offset`` written in ``leader_epoch``."""
+        ...
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        """Highest offset of ``leader_epoch`` in remote storage, None if none."""
+        ...
+
+    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None
+                                 ) -> list[RemoteLogSegmentMetadata]:
+        """Segments not yet deleted (all, or of one epoch), ordered by start offset."""
+        ...
+
+    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> int:
+        """Sum of ``segment_size_in_bytes`` over ``list_remote_log_segments``."""
+        ...
+
+    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
+                                        followers: Iterable[TopicIdPartition]) -> None:
+        """Start materialising the metadata of these partitions."""
+        ...
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Stop materialising the metadata of these partitions."""
+        ...
+
+    async def ensure_ready(self, tip: TopicIdPartition) -> None:
+        """Bring ``tip``'s metadata up to date now (``tip`` must be assigned)."""
+        ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Background work (an implementation may have none); started() once usable."""
+        ...
+
+    async def close(self) -> None:
+        """Persist what is needed for a fast restart; later writes raise."""
+        ...

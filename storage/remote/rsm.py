@@ -1,0 +1,241 @@
+"""The RemoteStorageManager interface (KIP-405) and how the broker loads one.
+
+A remote storage manager (RSM) moves the bytes of closed segments to and from
+a remote tier and knows nothing else: which segments exist, and in which
+state, is the remote log metadata manager's business. That split is the
+KIP's: the metadata is strongly consistent, so the RSM may sit on an
+eventually consistent store and never needs to list it.
+
+Implementations plug in by config (``remote.log.storage.manager.class.name``):
+the built-ins ``filesystem`` and ``s3``, or a dotted path ``pkg.mod.Class``
+to any class whose constructor takes the ``rsm.config.*`` settings (prefix
+stripped, values as strings) and which has the methods below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import structlog
+
+from config.defs import ConfigDef, ConfigError
+from storage.remote.types import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteStorageError,
+    StrPath,
+)
+
+log = structlog.get_logger(__name__)
+
+CLASS_NAME_KEY = "remote.log.storage.manager.class.name"
+
+# Kafka's remote.log.storage.manager.impl.prefix default: keys under it are
+# handed to the RSM with the prefix stripped.
+RSM_CONFIG_PREFIX = "rsm.config."
+
+BUILTIN_RSMS: dict[str, str] = {
+    "filesystem": "storage.remote.filesystem.FileSystemRemoteStorageManager",
+    "s3": "storage.remote.s3.S3RemoteStorageManager",
+}
+
+
+@runtime_checkable
+class RemoteStorageManager(Protocol):
+    """Copy, read and delete remote segments (KIP-405's RemoteStorageManager).
+
+    Objects are addressed by ``RemoteLogSegmentMetadata`` alone: its topic id,
+    partition, start offset and segment uuid name them, and its
+    ``segment_size_in_bytes`` says how long the stored ``.log`` must be.
+
+    Concurrency:
+        Every method blocks on disk or network I/O and must never run on the
+        trio event loop. Callers run them in worker threads, each pool with
+        its own limiter named after the KIP-405 pool, e.g.
+        ``await trio.to_thread.run_sync(rsm.fetch_log_segment, md, 0,
+        limiter=reader_limiter)``. Implementations are thread-safe: any
+        number of calls may run at once, for different segments or (copy
+        racing a cleanup delete) the same one.
+
+    Error handling:
+        Every storage failure raises ``RemoteStorageError`` whose
+        ``retriable`` says whether a later retry may succeed; an object that
+        does not exist raises its subclass ``RemoteResourceNotFoundError``.
+        Data is never returned short or silently truncated: a stored object
+        whose size disagrees with the metadata, or a response shorter than
+        the range asked for, raises. Programming errors (a negative
+        position) raise ``ValueError``.
+    """
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
+                              data: LogSegmentData) -> bytes | None:
+        """Store the segment's log and auxiliary files.
+
+        Idempotent: copying the same segment id again overwrites. A copy that
+        fails removes whatever it had written before raising.
+
+        Args:
+            metadata: the segment's metadata (state COPY_SEGMENT_STARTED).
+            data: the local files; optional indexes may be None.
+
+        Returns:
+            Custom metadata to record with the segment (KIP-917), or None.
+
+        Raises:
+            RemoteStorageError: a local file could not be read (not
+                retriable) or the store failed.
+        """
+        ...
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> bytes:
+        """Read bytes ``start_position..end_position`` (both inclusive) of the .log.
+
+        ``end_position`` None, or past the end, means the end of the segment.
+
+        Raises:
+            ValueError: negative start, or end before start.
+            RemoteResourceNotFoundError: the segment is not stored.
+            RemoteStorageError: start past the end of the segment, a stored
+                object of the wrong size, a short response, a store failure.
+        """
+        ...
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The whole content of one auxiliary file of the segment.
+
+        Raises:
+            RemoteResourceNotFoundError: not stored (e.g. the segment had no
+                transaction index); callers may rebuild it from the log.
+            RemoteStorageError: a store failure or a short response.
+        """
+        ...
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete every object of the segment, including leftovers of a
+        crashed copy. Idempotent: deleting what is gone succeeds.
+
+        Raises:
+            RemoteStorageError: the store failed; some objects may remain.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+        ...
+
+
+def load_rsm(class_name: str, config: Mapping[str, str]) -> RemoteStorageManager:
+    """Instantiate the configured remote storage manager.
+
+    Args:
+        class_name: ``filesystem``, ``s3``, or ``pkg.mod.Class``.
+        config: the ``rsm.config.*`` settings with the prefix stripped.
+
+    Raises:
+        ConfigError: unknown or unloadable class, a class that does not
+            implement RemoteStorageManager, or invalid settings.
+    """
+    path = BUILTIN_RSMS.get(class_name, class_name)
+    module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(CLASS_NAME_KEY, class_name,
+                          f"expected one of {sorted(BUILTIN_RSMS)} or a dotted path pkg.mod.Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(CLASS_NAME_KEY, class_name,
+                          f"cannot import {module_name}: {exc}") from exc
+    cls = getattr(module, attr, None)
+    if not isinstance(cls, type):
+        raise ConfigError(CLASS_NAME_KEY, class_name, f"{module_name} has no class {attr}")
+    rsm = cls(dict(config))
+    if not isinstance(rsm, RemoteStorageManager):
+        raise ConfigError(CLASS_NAME_KEY, class_name,
+                          "the class does not implement the RemoteStorageManager methods")
+    return rsm
+
+
+def rsm_config(broker_values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``rsm.config.*`` entries of a broker config, prefix stripped."""
+    return {key[len(RSM_CONFIG_PREFIX):]: str(value) for key, value in broker_values.items()
+            if key.startswith(RSM_CONFIG_PREFIX)}
+
+
+def parse_rsm_config(defs: Sequence[ConfigDef], config: Mapping[str, str],
+                     required: Sequence[str] = ()) -> dict[str, Any]:
+    """Typed settings for an RSM from its stripped ``rsm.config.*`` strings.
+
+    Args:
+        defs: one ConfigDef per setting, named with the full
+            ``rsm.config.`` key so errors name what the user wrote.
+        config: the stripped settings.
+        required: stripped keys that must be present.
+
+    Returns:
+        stripped key -> typed value (the default where unset).
+
+    Raises:
+        ConfigError: a missing required key or an invalid value.
+    """
+    by_key = {d.name.removeprefix(RSM_CONFIG_PREFIX): d for d in defs}
+    unknown = sorted(set(config) - set(by_key))
+    if unknown:
+        # Keys only, never values: they may hold secrets.
+        log.warning("ignoring unknown remote storage settings",
+                    keys=[RSM_CONFIG_PREFIX + k for k in unknown])
+    values: dict[str, Any] = {}
+    for key, d in by_key.items():
+        raw = config.get(key)
+        if raw is None or not str(raw).strip():
+            if key in required:
+                raise ConfigError(d.name, raw, "required")
+            values[key] = d.default
+        else:
+            values[key] = d.parse(raw)
+    return values
+
+
+def resolve_range(metadata: RemoteLogSegmentMetadata, start_position: int,
+                  end_position: int | None) -> tuple[int, int]:
+    """Validate a fetch range and clip it to the segment.
+
+    Returns:
+        (start, end), both inclusive, within the segment.
+
+    Raises:
+        ValueError: negative start, or end before start (a caller bug).
+        RemoteStorageError: start at or past the end of the segment.
+    """
+    if start_position < 0 or (end_position is not None and end_position < start_position):
+        raise ValueError(f"bad fetch range {start_position}..{end_position}")
+    last = metadata.segment_size_in_bytes - 1
+    if start_position > last:
+        raise RemoteStorageError(
+            f"start position {start_position} is past the end of remote segment "
+            f"{metadata.remote_log_segment_id} ({metadata.segment_size_in_bytes} bytes)")
+    end = last if end_position is None else min(end_position, last)
+    return start_position, end
+
+
+def check_log_size(metadata: RemoteLogSegmentMetadata, log_segment: StrPath) -> None:
+    """Refuse to copy a .log whose size disagrees with the metadata.
+
+    Reads check the stored object against ``segment_size_in_bytes``, so a
+    copy with a wrong size would only fail later, on every read.
+
+    Raises:
+        RemoteStorageError: unreadable file or size mismatch (not retriable).
+    """
+    try:
+        size = os.stat(log_segment).st_size
+    except OSError as exc:
+        raise RemoteStorageError(f"cannot read local segment {log_segment}: {exc}") from exc
+    if size != metadata.segment_size_in_bytes:
+        raise RemoteStorageError(
+            f"local segment {log_segment} is {size} bytes but the metadata of "
+            f"{metadata.remote_log_segment_id} says {metadata.segment_size_in_bytes}")

@@ -1,0 +1,1 @@
+"""Black-box system tests: real broker processes, real clients, real sockets."""

@@ -1,0 +1,666 @@
+// KafkaTool: the Apache Kafka Java client, driven from pytest through a subprocess.
+//
+// Compiled at test time by system_tests/javatool.py (never committed as .class).
+// Every subcommand prints exactly one JSON document on stdout; client logging
+// goes to stderr. Exit codes: 0 success, 1 usage or client error (the JSON has
+// an "error" object), 2 some produced records failed, 3 consume timed out.
+//
+// Subcommands (values are never optional once a flag is given):
+//
+//   produce --bootstrap B --topic T
+//           (--input FILE | --count N [--size S] [--partition P])
+//           [--compression none|gzip|snappy|lz4|zstd] [--acks 0|1|all]
+//           [--idempotent] [--linger-ms MS] [--batch-size BYTES] [--report-offsets]
+//       --input is a TSV file, one record per line:
+//           partition  key  value  timestamp  headers
+//       with key/value base64 or "-" for null, partition/timestamp "-" for
+//       unset, headers "name=base64,name=base64" or "-" for none.
+//       Generated records: key "k<i>", value = generatedValue(i, S) below.
+//   consume --bootstrap B --topic T [--partition P]... [--from-offset O]
+//           [--start P:O]... [--expect N] [--group G] [--timeout-ms MS] [--digest]
+//       assign()+seek() unless --group is given (then subscribe() and commit).
+//       Reads until every partition reaches the end offset seen at start, or
+//       until --expect records have arrived.
+//   admin --bootstrap B <op> ...
+//       create-topic --topic T [--partitions N] [--replication-factor R] [--config k=v]...
+//       describe-topics --topic T...       list-topics
+//       list-offsets --topic T [--partition P]... --spec SPEC
+//           SPEC: earliest latest max-timestamp earliest-local latest-tiered
+//                 earliest-pending-upload ts:<millis>
+//       delete-records --topic T --before P:O...
+//       describe-configs (--topic T | --broker ID)
+//       alter-configs (--topic T | --broker ID) [--set k=v]... [--delete k]...
+//       delete-topics --topic T...         describe-cluster
+//   batch
+//       Reads one command per stdin line (arguments separated by TABs), runs
+//       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class KafkaTool {
+    static final int EXIT_OK = 0;
+    static final int EXIT_ERROR = 1;
+    static final int EXIT_PRODUCE_FAILED = 2;
+    static final int EXIT_TIMEOUT = 3;
+    // How long admin calls and metadata lookups may take before we give up.
+    static final Duration API_TIMEOUT = Duration.ofSeconds(30);
+    // Keep the error list short: the first few failures explain the rest.
+    static final int MAX_REPORTED_ERRORS = 10;
+
+    /** A result: exit code plus the JSON-able object to print. */
+    record Outcome(int exit, Map<String, Object> body) {}
+
+    public static void main(String[] argv) throws Exception {
+        PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+        if (argv.length > 0 && argv[0].equals("batch")) {
+            out.println(Json.write(runBatch()));
+            System.exit(EXIT_OK);
+        }
+        Outcome outcome = runGuarded(argv);
+        out.println(Json.write(outcome.body()));
+        System.exit(outcome.exit());
+    }
+
+    static List<Object> runBatch() throws IOException {
+        List<Object> results = new ArrayList<>();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            if (line.isBlank()) continue;
+            Outcome outcome = runGuarded(line.split("\t"));
+            Map<String, Object> item = new LinkedHashMap<>();
+            item.put("exit", outcome.exit());
+            item.put("result", outcome.body());
+            results.add(item);
+        }
+        return results;
+    }
+
+    static Outcome runGuarded(String[] argv) {
+        try {
+            return run(argv);
+        } catch (Exception e) {
+            return new Outcome(EXIT_ERROR, Map.of("error", describeError(e)));
+        }
+    }
+
+    static Outcome run(String[] argv) throws Exception {
+        if (argv.length == 0) throw new IllegalArgumentException("missing subcommand");
+        Args args = Args.parse(Arrays.copyOfRange(argv, 1, argv.length));
+        return switch (argv[0]) {
+            case "produce" -> Produce.run(args);
+            case "consume" -> Consume.run(args);
+            case "admin" -> AdminOps.run(args);
+            default -> throw new IllegalArgumentException("unknown subcommand " + argv[0]);
+        };
+    }
+
+    static Map<String, Object> describeError(Throwable e) {
+        Throwable cause = (e instanceof ExecutionException && e.getCause() != null) ? e.getCause() : e;
+        Map<String, Object> err = new LinkedHashMap<>();
+        err.put("class", cause.getClass().getSimpleName());
+        err.put("message", String.valueOf(cause.getMessage()));
+        return err;
+    }
+
+    /** Deterministic payload for generated record i; mirrored in system_tests/messages.py. */
+    static byte[] generatedValue(long i, int size) {
+        byte[] value = new byte[size];
+        for (int j = 0; j < size; j++) value[j] = (byte) ((i * 31 + j * 7) & 0xFF);
+        return value;
+    }
+
+    static String b64(byte[] bytes) {
+        return bytes == null ? null : Base64.getEncoder().encodeToString(bytes);
+    }
+
+    static byte[] unb64(String text) {
+        return text.equals("-") ? null : Base64.getDecoder().decode(text);
+    }
+
+    static String sha256(byte[] bytes) {
+        try {
+            return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(bytes));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    static TopicPartition parsePartitionOffset(String topic, String spec, Map<TopicPartition, Long> into) {
+        String[] parts = spec.split(":", 2);
+        if (parts.length != 2) throw new IllegalArgumentException("expected P:O, got " + spec);
+        TopicPartition tp = new TopicPartition(topic, Integer.parseInt(parts[0]));
+        into.put(tp, Long.parseLong(parts[1]));
+        return tp;
+    }
+
+    /** Command-line flags: "--name value" (repeatable) and bare "--flag". */
+    static final class Args {
+        private final Map<String, List<String>> values = new HashMap<>();
+        private final List<String> positional = new ArrayList<>();
+
+        static Args parse(String[] argv) {
+            Args args = new Args();
+            for (int i = 0; i < argv.length; i++) {
+                if (!argv[i].startsWith("--")) {
+                    args.positional.add(argv[i]);
+                    continue;
+                }
+                String name = argv[i].substring(2);
+                boolean hasValue = i + 1 < argv.length && !argv[i + 1].startsWith("--");
+                String value = hasValue ? argv[++i] : "true";
+                args.values.computeIfAbsent(name, k -> new ArrayList<>()).add(value);
+            }
+            return args;
+        }
+
+        String required(String name) {
+            String v = get(name, null);
+            if (v == null) throw new IllegalArgumentException("missing --" + name);
+            return v;
+        }
+
+        String get(String name, String fallback) {
+            List<String> all = values.get(name);
+            return all == null ? fallback : all.get(all.size() - 1);
+        }
+
+        List<String> all(String name) {
+            return values.getOrDefault(name, List.of());
+        }
+
+        boolean flag(String name) {
+            return values.containsKey(name);
+        }
+
+        List<String> positional() {
+            return positional;
+        }
+    }
+
+    static final class Produce {
+        static Outcome run(Args args) throws Exception {
+            String topic = args.required("topic");
+            List<ProducerRecord<byte[], byte[]>> records = args.flag("input")
+                    ? readInput(topic, Path.of(args.required("input")))
+                    : generate(topic, args);
+            List<Object[]> acks = new ArrayList<>(Collections.nCopies(records.size(), null));
+            List<String> errors = new ArrayList<>();
+            long[] failed = {0};
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(config(args))) {
+                for (int i = 0; i < records.size(); i++) {
+                    final int index = i;
+                    producer.send(records.get(i), (meta, error) -> {
+                        synchronized (acks) {
+                            if (error != null) {
+                                failed[0]++;
+                                if (errors.size() < MAX_REPORTED_ERRORS) errors.add(index + ": " + error);
+                            } else {
+                                acks.set(index, new Object[] {meta.partition(), meta.offset()});
+                            }
+                        }
+                    });
+                }
+                producer.flush();
+            }
+            return new Outcome(failed[0] == 0 ? EXIT_OK : EXIT_PRODUCE_FAILED,
+                    summarize(acks, errors, failed[0], args.flag("report-offsets")));
+        }
+
+        static Properties config(Args args) {
+            Properties p = new Properties();
+            p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap"));
+            p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            p.put(ProducerConfig.ACKS_CONFIG, args.get("acks", "all"));
+            p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, args.get("compression", "none"));
+            boolean idempotent = args.flag("idempotent");
+            p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, String.valueOf(idempotent));
+            // Without idempotence, one request in flight keeps retries from reordering records.
+            p.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, idempotent ? "5" : "1");
+            p.put(ProducerConfig.LINGER_MS_CONFIG, args.get("linger-ms", "5"));
+            p.put(ProducerConfig.BATCH_SIZE_CONFIG, args.get("batch-size", "16384"));
+            p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+            p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+            p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+            return p;
+        }
+
+        static List<ProducerRecord<byte[], byte[]>> generate(String topic, Args args) {
+            int count = Integer.parseInt(args.required("count"));
+            int size = Integer.parseInt(args.get("size", "100"));
+            Integer partition = args.flag("partition") ? Integer.valueOf(args.required("partition")) : null;
+            List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>(count);
+            for (int i = 0; i < count; i++) {
+                byte[] key = ("k" + i).getBytes(StandardCharsets.UTF_8);
+                records.add(new ProducerRecord<>(topic, partition, key, generatedValue(i, size)));
+            }
+            return records;
+        }
+
+        static List<ProducerRecord<byte[], byte[]>> readInput(String topic, Path file) throws IOException {
+            List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
+            for (String line : Files.readAllLines(file, StandardCharsets.UTF_8)) {
+                if (line.isEmpty()) continue;
+                String[] f = line.split("\t", -1);
+                if (f.length != 5) throw new IllegalArgumentException("bad input line: " + line);
+                Integer partition = f[0].equals("-") ? null : Integer.valueOf(f[0]);
+                Long timestamp = f[3].equals("-") ? null : Long.valueOf(f[3]);
+                records.add(new ProducerRecord<>(topic, partition, timestamp, unb64(f[1]), unb64(f[2]),
+                        parseHeaders(f[4])));
+            }
+            return records;
+        }
+
+        static List<Header> parseHeaders(String field) {
+            List<Header> headers = new ArrayList<>();
+            if (field.equals("-")) return headers;
+            for (String item : field.split(",")) {
+                String[] kv = item.split("=", 2);
+                headers.add(new RecordHeader(kv[0], unb64(kv[1])));
+            }
+            return headers;
+        }
+
+        static Map<String, Object> summarize(List<Object[]> acks, List<String> errors, long failed,
+                boolean reportOffsets) {
+            Map<String, Map<String, Object>> partitions = new TreeMap<>();
+            List<Object> offsets = new ArrayList<>();
+            long acked = 0;
+            for (Object[] ack : acks) {
+                offsets.add(ack == null ? null : List.of(ack[0], ack[1]));
+                if (ack == null) continue;
+                acked++;
+                Map<String, Object> p = partitions.computeIfAbsent(String.valueOf(ack[0]),
+                        k -> new LinkedHashMap<>(Map.of("count", 0L, "first", ack[1], "last", ack[1])));
+                p.put("count", (Long) p.get("count") + 1);
+                p.put("first", Math.min((Long) p.get("first"), (Long) ack[1]));
+                p.put("last", Math.max((Long) p.get("last"), (Long) ack[1]));
+            }
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("acked", acked);
+            body.put("failed", failed);
+            body.put("errors", errors);
+            body.put("partitions", partitions);
+            if (reportOffsets) body.put("offsets", offsets);
+            return body;
+        }
+    }
+
+    static final class Consume {
+        static Outcome run(Args args) throws Exception {
+            String topic = args.required("topic");
+            long timeoutMs = Long.parseLong(args.get("timeout-ms", "30000"));
+            long expect = Long.parseLong(args.get("expect", "-1"));
+            String group = args.get("group", null);
+            if (group != null && expect < 0) throw new IllegalArgumentException("--group needs --expect");
+            List<Map<String, Object>> records = new ArrayList<>();
+            Map<String, Object> body = new LinkedHashMap<>();
+            boolean done;
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config(args, group))) {
+                Map<TopicPartition, Long> ends = group == null ? assign(consumer, topic, args) : null;
+                if (group != null) consumer.subscribe(List.of(topic));
+                long deadline = System.currentTimeMillis() + timeoutMs;
+                done = finished(consumer, ends, records.size(), expect);
+                while (!done && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                        records.add(toJson(r, args.flag("digest")));
+                    }
+                    done = finished(consumer, ends, records.size(), expect);
+                }
+                if (group != null && done) consumer.commitSync(API_TIMEOUT);
+                if (ends != null) body.put("end_offsets", byPartition(ends));
+            }
+            body.put("status", done ? "ok" : "timeout");
+            body.put("count", records.size());
+            body.put("records", records);
+            return new Outcome(done ? EXIT_OK : EXIT_TIMEOUT, body);
+        }
+
+        static Properties config(Args args, String group) {
+            Properties p = new Properties();
+            p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap"));
+            p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+            p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, args.get("isolation", "read_uncommitted"));
+            if (group != null) p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            return p;
+        }
+
+        /** Assign the chosen partitions, seek, and return the end offsets to read up to. */
+        static Map<TopicPartition, Long> assign(KafkaConsumer<byte[], byte[]> consumer, String topic, Args args) {
+            Map<TopicPartition, Long> starts = new LinkedHashMap<>();
+            for (String spec : args.all("start")) parsePartitionOffset(topic, spec, starts);
+            List<TopicPartition> chosen = new ArrayList<>(starts.keySet());
+            if (chosen.isEmpty()) {
+                List<String> wanted = args.all("partition");
+                if (wanted.isEmpty()) {
+                    for (PartitionInfo info : consumer.partitionsFor(topic, API_TIMEOUT)) {
+                        chosen.add(new TopicPartition(topic, info.partition()));
+                    }
+                } else {
+                    for (String p : wanted) chosen.add(new TopicPartition(topic, Integer.parseInt(p)));
+                }
+            }
+            consumer.assign(chosen);
+            String from = args.get("from-offset", null);
+            for (TopicPartition tp : chosen) {
+                Long start = starts.getOrDefault(tp, from == null ? null : Long.valueOf(from));
+                if (start == null) consumer.seekToBeginning(List.of(tp));
+                else consumer.seek(tp, start);
+            }
+            return consumer.endOffsets(chosen, API_TIMEOUT);
+        }
+
+        static boolean finished(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> ends,
+                long count, long expect) {
+            if (expect >= 0) return count >= expect;
+            if (ends == null) return false;
+            for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
+                if (consumer.position(e.getKey(), API_TIMEOUT) < e.getValue()) return false;
+            }
+            return true;
+        }
+
+        static Map<String, Object> toJson(ConsumerRecord<byte[], byte[]> r, boolean digest) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("p", r.partition());
+            m.put("o", r.offset());
+            m.put("ts", r.timestamp());
+            m.put("ts_type", r.timestampType().toString());
+            m.put("k", b64(r.key()));
+            if (digest) {
+                m.put("v_sha256", r.value() == null ? null : sha256(r.value()));
+                m.put("v_len", r.value() == null ? -1 : r.value().length);
+            } else {
+                m.put("v", b64(r.value()));
+            }
+            List<Object> headers = new ArrayList<>();
+            for (Header h : r.headers()) headers.add(Arrays.asList(h.key(), b64(h.value())));
+            m.put("h", headers);
+            return m;
+        }
+    }
+
+    static final class AdminOps {
+        static Outcome run(Args args) throws Exception {
+            if (args.positional().isEmpty()) throw new IllegalArgumentException("missing admin operation");
+            Properties p = new Properties();
+            p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap"));
+            p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(API_TIMEOUT.toMillis()));
+            try (Admin admin = Admin.create(p)) {
+                Map<String, Object> body = switch (args.positional().get(0)) {
+                    case "create-topic" -> createTopic(admin, args);
+                    case "describe-topics" -> describeTopics(admin, args.all("topic"));
+                    case "list-topics" -> Map.of("topics", admin.listTopics().names().get());
+                    case "list-offsets" -> listOffsets(admin, args);
+                    case "delete-records" -> deleteRecords(admin, args);
+                    case "describe-configs" -> describeConfigs(admin, resource(args));
+                    case "alter-configs" -> alterConfigs(admin, args);
+                    case "delete-topics" -> deleteTopics(admin, args.all("topic"));
+                    case "describe-cluster" -> describeCluster(admin);
+                    default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
+                };
+                return new Outcome(EXIT_OK, body);
+            }
+        }
+
+        static Map<String, Object> createTopic(Admin admin, Args args) throws Exception {
+            String name = args.required("topic");
+            NewTopic topic = new NewTopic(name, Integer.parseInt(args.get("partitions", "1")),
+                    Short.parseShort(args.get("replication-factor", "1")));
+            Map<String, String> configs = new LinkedHashMap<>();
+            for (String kv : args.all("config")) {
+                String[] parts = kv.split("=", 2);
+                configs.put(parts[0], parts[1]);
+            }
+            topic.configs(configs);
+            var result = admin.createTopics(List.of(topic));
+            result.all().get();
+            return Map.of("created", name, "topic_id", String.valueOf(result.topicId(name).get()));
+        }
+
+        static Map<String, Object> describeTopics(Admin admin, List<String> names) throws Exception {
+            Map<String, Object> topics = new TreeMap<>();
+            for (TopicDescription d : admin.describeTopics(names).allTopicNames().get().values()) {
+                List<Object> partitions = new ArrayList<>();
+                for (TopicPartitionInfo info : d.partitions()) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("partition", info.partition());
+                    m.put("leader", info.leader() == null ? null : info.leader().id());
+                    m.put("replicas", nodeIds(info.replicas()));
+                    m.put("isr", nodeIds(info.isr()));
+                    partitions.add(m);
+                }
+                topics.put(d.name(), Map.of("topic_id", String.valueOf(d.topicId()),
+                        "internal", d.isInternal(), "partitions", partitions));
+            }
+            return Map.of("topics", topics);
+        }
+
+        static List<Object> nodeIds(Collection<Node> nodes) {
+            List<Object> ids = new ArrayList<>();
+            for (Node n : nodes) ids.add(n.id());
+            return ids;
+        }
+
+        static OffsetSpec offsetSpec(String spec) {
+            if (spec.startsWith("ts:")) return OffsetSpec.forTimestamp(Long.parseLong(spec.substring(3)));
+            return switch (spec) {
+                case "earliest" -> OffsetSpec.earliest();
+                case "latest" -> OffsetSpec.latest();
+                case "max-timestamp" -> OffsetSpec.maxTimestamp();
+                case "earliest-local" -> OffsetSpec.earliestLocal();
+                case "latest-tiered" -> OffsetSpec.latestTiered();
+                case "earliest-pending-upload" -> OffsetSpec.earliestPendingUpload();
+                default -> throw new IllegalArgumentException("unknown offset spec " + spec);
+            };
+        }
+
+        static Map<String, Object> listOffsets(Admin admin, Args args) throws Exception {
+            String topic = args.required("topic");
+            OffsetSpec spec = offsetSpec(args.required("spec"));
+            List<TopicPartition> tps = new ArrayList<>();
+            for (String p : args.all("partition")) tps.add(new TopicPartition(topic, Integer.parseInt(p)));
+            if (tps.isEmpty()) {
+                TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                for (TopicPartitionInfo info : d.partitions()) tps.add(new TopicPartition(topic, info.partition()));
+            }
+            Map<TopicPartition, OffsetSpec> request = new LinkedHashMap<>();
+            for (TopicPartition tp : tps) request.put(tp, spec);
+            Map<String, Object> offsets = new TreeMap<>();
+            for (var e : admin.listOffsets(request).all().get().entrySet()) {
+                ListOffsetsResult.ListOffsetsResultInfo info = e.getValue();
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("offset", info.offset());
+                m.put("timestamp", info.timestamp());
+                m.put("leader_epoch", info.leaderEpoch().orElse(null));
+                offsets.put(String.valueOf(e.getKey().partition()), m);
+            }
+            return Map.of("offsets", offsets);
+        }
+
+        static Map<String, Object> deleteRecords(Admin admin, Args args) throws Exception {
+            String topic = args.required("topic");
+            Map<TopicPartition, Long> before = new LinkedHashMap<>();
+            for (String spec : args.all("before")) parsePartitionOffset(topic, spec, before);
+            Map<TopicPartition, RecordsToDelete> request = new LinkedHashMap<>();
+            before.forEach((tp, offset) -> request.put(tp, RecordsToDelete.beforeOffset(offset)));
+            Map<String, Object> lows = new TreeMap<>();
+            for (var e : admin.deleteRecords(request).lowWatermarks().entrySet()) {
+                lows.put(String.valueOf(e.getKey().partition()), e.getValue().get().lowWatermark());
+            }
+            return Map.of("low_watermarks", lows);
+        }
+
+        static ConfigResource resource(Args args) {
+            if (args.flag("topic")) return new ConfigResource(ConfigResource.Type.TOPIC, args.required("topic"));
+            return new ConfigResource(ConfigResource.Type.BROKER, args.required("broker"));
+        }
+
+        static Map<String, Object> describeConfigs(Admin admin, ConfigResource resource) throws Exception {
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : config.entries()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("value", e.value());
+                m.put("source", e.source().toString());
+                m.put("read_only", e.isReadOnly());
+                m.put("default", e.isDefault());
+                m.put("sensitive", e.isSensitive());
+                entries.put(e.name(), m);
+            }
+            return Map.of("configs", entries);
+        }
+
+        static Map<String, Object> alterConfigs(Admin admin, Args args) throws Exception {
+            ConfigResource resource = resource(args);
+            List<AlterConfigOp> ops = new ArrayList<>();
+            for (String kv : args.all("set")) {
+                String[] parts = kv.split("=", 2);
+                ops.add(new AlterConfigOp(new ConfigEntry(parts[0], parts[1]), AlterConfigOp.OpType.SET));
+            }
+            for (String k : args.all("delete")) {
+                ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+            }
+            admin.incrementalAlterConfigs(Map.of(resource, ops)).all().get();
+            return Map.of("altered", resource.name(), "ops", ops.size());
+        }
+
+        static Map<String, Object> deleteTopics(Admin admin, List<String> names) throws Exception {
+            admin.deleteTopics(names).all().get();
+            return Map.of("deleted", names);
+        }
+
+        static Map<String, Object> describeCluster(Admin admin) throws Exception {
+            DescribeClusterResult result = admin.describeCluster();
+            List<Object> nodes = new ArrayList<>();
+            for (Node n : result.nodes().get()) {
+                nodes.add(Map.of("id", n.id(), "host", n.host(), "port", n.port()));
+            }
+            Node controller = result.controller().get();
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("cluster_id", result.clusterId().get());
+            body.put("controller", controller == null ? null : controller.id());
+            body.put("nodes", nodes);
+            return body;
+        }
+    }
+
+    static Map<String, Object> byPartition(Map<TopicPartition, Long> offsets) {
+        Map<String, Object> m = new TreeMap<>();
+        offsets.forEach((tp, o) -> m.put(String.valueOf(tp.partition()), o));
+        return m;
+    }
+
+    /** Minimal JSON writer for maps, lists, strings, numbers, booleans and null. */
+    static final class Json {
+        static String write(Object value) {
+            StringBuilder sb = new StringBuilder();
+            append(sb, value);
+            return sb.toString();
+        }
+
+        static void append(StringBuilder sb, Object v) {
+            if (v == null) {
+                sb.append("null");
+            } else if (v instanceof String s) {
+                string(sb, s);
+            } else if (v instanceof Number || v instanceof Boolean) {
+                sb.append(v);
+            } else if (v instanceof Map<?, ?> m) {
+                sb.append('{');
+                boolean first = true;
+                for (Map.Entry<?, ?> e : m.entrySet()) {
+                    if (!first) sb.append(',');
+                    first = false;
+                    string(sb, String.valueOf(e.getKey()));
+                    sb.append(':');
+                    append(sb, e.getValue());
+                }
+                sb.append('}');
+            } else if (v instanceof Collection<?> c) {
+                sb.append('[');
+                boolean first = true;
+                for (Object item : c) {
+                    if (!first) sb.append(',');
+                    first = false;
+                    append(sb, item);
+                }
+                sb.append(']');
+            } else {
+                string(sb, v.toString());
+            }
+        }
+
+        static void string(StringBuilder sb, String s) {
+            sb.append('"');
+            for (int i = 0; i < s.length(); i++) {
+                char c = s.charAt(i);
+                switch (c) {
+                    case '"' -> sb.append("\\\"");
+                    case '\\' -> sb.append("\\\\");
+                    case '\n' -> sb.append("\\n");
+                    case '\r' -> sb.append("\\r");
+                    case '\t' -> sb.append("\\t");
+                    default -> {
+                        if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+                        else sb.append(c);
+                    }
+                }
+            }
+            sb.append('"');
+        }
+    }
+}

@@ -1,0 +1,1 @@
+"""Tiered-storage (KIP-405) system tests against live tierd processes."""

@@ -1,0 +1,110 @@
+"""LogManager chores on trio's MockClock: retention, checkpoints, clean-shutdown marker."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import trio
+
+from config.broker import BrokerConfig
+from storage.log import checkpoint
+from storage.log.manager import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_FILE,
+    RECOVERY_POINT_FILE,
+    LogManager,
+    parse_dir_name,
+)
+from tests.helpers import T0, batch, log_config
+
+TP = ("orders", 3)
+TOPIC_ID = uuid.UUID(int=99)
+
+
+def _trio_clock() -> int:
+    return T0 + int(trio.current_time() * 1000)
+
+
+def _manager(tmp_path) -> LogManager:
+    config = BrokerConfig.from_mapping({
+        "log.dir": str(tmp_path),
+        "log.retention.check.interval.ms": "1000",
+        "log.flush.offset.checkpoint.interval.ms": "5000",
+    })
+    return LogManager(config, clock=_trio_clock)
+
+
+def test_parse_dir_name():
+    assert parse_dir_name("orders-3") == ("orders", 3)
+    assert parse_dir_name("my-topic-12") == ("my-topic", 12)
+    assert parse_dir_name("orders") is None
+    assert parse_dir_name("orders-x") is None
+
+
+async def test_retention_and_checkpoint_chores(tmp_path, autojump_clock, monkeypatch):
+    # The chores' file work goes through trio.to_thread; a worker thread's real-time
+    # latency would race the jumping virtual clock, so here it runs inline.
+    async def run_inline(fn, *args, **kwargs):
+        return fn(*args)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", run_inline)
+    mgr = _manager(tmp_path)
+    lg = mgr.create(TP, TOPIC_ID, log_config(segment_bytes=300, retention_ms=10_000))
+    for _ in range(12):
+        lg.append_as_leader(batch([b"v" * 30], timestamp=_trio_clock()), 0)
+    assert len(lg.segments) > 2
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(mgr.run, lambda tp: mgr.logs[tp].end_offset)
+        await trio.sleep(5.5)  # retention ran five times; nothing is 10 s old yet
+        assert lg.log_start_offset == 0
+        assert checkpoint.read_offsets(str(tmp_path / LOG_START_FILE)) == {TP: 0}
+        await trio.sleep(6)  # 11.5 s: every segment has expired
+        assert lg.log_start_offset == lg.end_offset == 12
+        await trio.sleep(5)  # the next checkpoint carries the new start
+        assert checkpoint.read_offsets(str(tmp_path / LOG_START_FILE)) == {TP: 12}
+        nursery.cancel_scope.cancel()
+
+
+async def test_shutdown_and_reload(tmp_path, autojump_clock):
+    mgr = _manager(tmp_path)
+    lg = mgr.create(TP, TOPIC_ID, log_config())
+    for _ in range(3):
+        lg.append_as_leader(batch([b"a", b"b"], timestamp=_trio_clock()), 0)
+    assert checkpoint.read_partition_metadata(lg.directory) == TOPIC_ID
+    await mgr.shutdown()
+    assert os.path.exists(tmp_path / CLEAN_SHUTDOWN_FILE)
+    assert checkpoint.read_offsets(str(tmp_path / RECOVERY_POINT_FILE)) == {TP: 6}
+
+    os.makedirs(tmp_path / "gone-0")  # a topic the broker no longer knows
+    os.makedirs(tmp_path / "old-1.abc-delete")
+    again = _manager(tmp_path)
+    again.load(lambda topic: log_config() if topic == TP[0] else None,
+               lambda topic: TOPIC_ID if topic == TP[0] else None)
+    assert again.clean_shutdown
+    assert not os.path.exists(tmp_path / CLEAN_SHUTDOWN_FILE)  # a crash from now on shows
+    assert not os.path.exists(tmp_path / "gone-0")
+    assert not os.path.exists(tmp_path / "old-1.abc-delete")
+    reloaded = again.get(TP)
+    assert reloaded.end_offset == 6 and reloaded.recovery_point == 6
+    for lg2 in again.logs.values():
+        lg2.close()
+
+
+async def test_reload_drops_log_of_recreated_topic(tmp_path, autojump_clock):
+    mgr = _manager(tmp_path)
+    mgr.create(TP, TOPIC_ID, log_config())
+    await mgr.shutdown()
+    again = _manager(tmp_path)
+    again.load(lambda topic: log_config(), lambda topic: uuid.UUID(int=100))
+    assert again.get(TP) is None
+    assert not os.path.exists(tmp_path / f"{TP[0]}-{TP[1]}")
+
+
+async def test_delete_removes_directory(tmp_path, autojump_clock):
+    mgr = _manager(tmp_path)
+    lg = mgr.create(TP, TOPIC_ID, log_config())
+    lg.append_as_leader(batch([b"x"], timestamp=_trio_clock()), 0)
+    await mgr.delete(TP)
+    assert mgr.get(TP) is None
+    assert os.listdir(tmp_path) == []
