@@ -211,3 +211,46 @@ def test_profiles_are_what_drivers_claim() -> None:
     binary = make_messages(MESSAGE_COUNT, PARTITIONS, MessageProfile())
     assert any(m.key is None for m in binary) and any(m.value is None for m in binary)
     assert any(m.value and not m.value.isascii() for m in binary)
+
+
+def test_java_admin_list_offsets_specs_and_delete_records(broker: BrokerProcess, topic: str,
+                                                          tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Java AdminClient listOffsets for earliest, latest, max timestamp, earliestLocal and
+    by timestamp; deleteRecords then earliest moves (issue 2's AdminClient checks)."""
+    b = ["--bootstrap", broker.bootstrap]
+    base = 1_700_000_000_000
+    # Timestamps rise, except record 7 carries the maximum: max-timestamp must find it.
+    stamps = [base + i * 1000 for i in range(12)]
+    stamps[7] = base + 99_000
+    lines = [f"0\t{base64.b64encode(b'k%d' % i).decode()}\t"
+             f"{base64.b64encode(b'v%d' % i).decode()}\t{ts}\t-" for i, ts in enumerate(stamps)]
+    records = tmp_path / "records.tsv"
+    records.write_text("\n".join(lines) + "\n")
+    specs = ["earliest", "latest", "max-timestamp", "earliest-local", "latest-tiered",
+             f"ts:{base + 3500}", f"ts:{base + 200_000}"]
+    results = javatool.run_batch(
+        [["admin", *b, "create-topic", "--topic", topic, "--partitions", "1"],
+         ["produce", *b, "--topic", topic, "--input", str(records), "--report-offsets"],
+         *[["admin", *b, "list-offsets", "--topic", topic, "--spec", s] for s in specs],
+         ["admin", *b, "delete-records", "--topic", topic, "--before", "0:5"],
+         ["admin", *b, "list-offsets", "--topic", topic, "--spec", "earliest"],
+         ["admin", *b, "list-offsets", "--topic", topic, "--spec", "earliest-local"],
+         ["admin", *b, "describe-topics", "--topic", topic]])
+    for result in results:
+        assert result["exit"] == javatool.EXIT_OK, result
+    out = [r["result"] for r in results]
+    by_spec = {s: out[2 + i]["offsets"]["0"] for i, s in enumerate(specs)}
+    assert by_spec["earliest"]["offset"] == 0
+    assert by_spec["latest"]["offset"] == 12
+    assert (by_spec["max-timestamp"]["offset"], by_spec["max-timestamp"]["timestamp"]) == (
+        7, base + 99_000)
+    assert by_spec["earliest-local"]["offset"] == 0  # not tiered: the log start
+    assert by_spec["latest-tiered"]["offset"] == -1  # not tiered: none
+    assert (by_spec[f"ts:{base + 3500}"]["offset"],
+            by_spec[f"ts:{base + 3500}"]["timestamp"]) == (4, base + 4000)
+    assert by_spec[f"ts:{base + 200_000}"]["offset"] == -1
+    after_delete, earliest, earliest_local, described = out[-4:]
+    assert after_delete["low_watermarks"]["0"] == 5
+    assert _offsets(earliest) == {"0": 5}
+    assert _offsets(earliest_local) == {"0": 5}
+    assert [p["partition"] for p in described["topics"][topic]["partitions"]] == [0]
