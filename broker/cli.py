@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 
 import structlog
@@ -41,8 +42,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def raise_open_file_limit() -> None:
+    """Every open segment holds descriptors (log and indexes), and internal topics
+    have 50 partitions each: lift the soft limit to the hard one, as Kafka's
+    packaging advises operators to."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    raise_open_file_limit()
     configure_logging("json" if args.log_json else "console", "info")
     try:
         config = BrokerConfig.load(args.config, args.override)

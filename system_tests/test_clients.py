@@ -254,3 +254,28 @@ def test_java_admin_list_offsets_specs_and_delete_records(broker: BrokerProcess,
     assert _offsets(earliest) == {"0": 5}
     assert _offsets(earliest_local) == {"0": 5}
     assert [p["partition"] for p in described["topics"][topic]["partitions"]] == [0]
+
+
+def test_describe_log_dirs_and_configs_with_kafka_python(broker: BrokerProcess, topic: str) -> None:
+    """DescribeLogDirs reports the partitions' sizes; topic configs survive AlterConfigs."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"retention.ms": "3600000"})])
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False)
+        for i in range(20):
+            producer.send(topic, value=b"x" * 100, partition=i % 2).get(timeout=10)
+        producer.close()
+        result = admin.describe_log_dirs()
+        sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+                 for d in result[0]["log_dirs"] for t in d["topics"] for p in t["partitions"]}
+        # 10 single-record batches of 100-byte values per partition.
+        assert sizes[(topic, 0)] >= 10 * 100 and sizes[(topic, 1)] >= 10 * 100, sizes
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"retention.ms": "7200000"})])
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        assert '"7200000"' in json.dumps(described, default=str) or "7200000" in str(described)
+    finally:
+        admin.close()
