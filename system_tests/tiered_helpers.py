@@ -10,9 +10,10 @@
   log is attached to a failing test.
 * wire helpers on `RawClient` (kafka-python's protocol classes): produce
   one batch per request with kafka-python's own record builder, fetch with
-  per-partition error codes, ListOffsets v9, DeleteRecords.
-* admin helpers through confluent-kafka's AdminClient (librdkafka), and a
-  Prometheus scrape.
+  per-partition error codes, ListOffsets v9, and ``__remote_log_metadata``
+  decoded into each segment's state history.
+* admin helpers through confluent-kafka's AdminClient (librdkafka):
+  IncrementalAlterConfigs, DeleteRecords, DeleteTopics; and a Prometheus scrape.
 
 Concurrency: not thread-safe; one test thread drives each object.
 """
@@ -48,7 +49,6 @@ from system_tests._proc import (
     scrape,
     split_batches,
     start_tierd,
-    wait_for,
 )
 from system_tests.admin import create_topic
 from system_tests.s3_fixtures import REGION, list_keys, list_uploads
@@ -75,15 +75,15 @@ FETCH_VERSION = 12
 # second; the retry backoff is short and capped low so a broker recovers
 # quickly once an injected fault is cleared; few metadata partitions keep
 # startup quick (each is a local log).
+METADATA_PARTITIONS = 5
 TIERED_BROKER_OVERRIDES: Mapping[str, str] = {
     "remote.log.storage.system.enable": "true",
     "remote.log.manager.task.interval.ms": "200",
     "log.retention.check.interval.ms": "200",
     "remote.log.manager.task.retry.backoff.ms": "100",
     "remote.log.manager.task.retry.backoff.max.ms": "1000",
-    "rlmm.config.remote.log.metadata.topic.num.partitions": "5",
+    "rlmm.config.remote.log.metadata.topic.num.partitions": str(METADATA_PARTITIONS),
 }
-METADATA_PARTITIONS = 5
 
 # S3 RSM settings for tests: two attempts and short timeouts, so an injected
 # fault fails a copy or read within about a second instead of botocore's
@@ -107,6 +107,8 @@ TIER_TIMEOUT_S = 30.0
 # ---------------------------------------------------------------------------
 # The remote tier, seen from outside the broker.
 
+# Kafka's Uuid.toString: 22 characters of base64url (which may hold '-').
+TOPIC_ID_CHARS = 22
 
 class RemoteTier:
     """Objects of one broker's remote tier. Names are relative to the tier root."""
@@ -190,10 +192,6 @@ class FsTier(RemoteTier):
 
     def delete(self, name: str) -> None:
         (self.root / name).unlink()
-
-
-# Kafka's Uuid.toString: 22 characters of base64url (which may hold '-').
-TOPIC_ID_CHARS = 22
 
 
 def _is_fs_dir_of(dirname: str, topic: str) -> bool:
@@ -391,11 +389,14 @@ def fetch_until_answer(client: RawClient, topic: str, partition: int, offset: in
 
 
 def decode_records(batch: bytes) -> list[tuple[int, Rec]]:
-    """(offset, record) of each record in a v2 batch, decoded by kafka-python."""
+    """(offset, record) of each record in a v2 batch, decoded by kafka-python
+    after checking the batch's CRC-32C."""
     from kafka.record.default_records import DefaultRecordBatch
 
+    decoded = DefaultRecordBatch(batch)
+    assert decoded.validate_crc(), f"batch at offset {decoded.base_offset} fails its CRC"
     out = []
-    for r in DefaultRecordBatch(batch):
+    for r in decoded:
         out.append((r.offset, Rec(r.key, r.value, r.timestamp)))
     return out
 
@@ -576,13 +577,3 @@ def wait_tiered(broker: TierdProc, tier: RemoteTier, topic: str, segments: int,
                        f"local: {local_segment_bases(broker, topic, partition)}",
                timeout_s)
     return tier.log_objects(topic, partition)
-
-
-__all__ = [
-    "CORRUPT_MESSAGE", "EARLIEST", "EARLIEST_LOCAL", "KAFKA_STORAGE_ERROR", "LATEST",
-    "LATEST_TIERED", "MAX_TIMESTAMP", "NONE", "OFFSET_OUT_OF_RANGE", "FetchedPartition",
-    "FsTier", "Rec", "RemoteTier", "S3Tier", "alter_topic", "create_tiered_topic",
-    "delete_records", "delete_topic", "eventually", "fetch", "read_metadata", "fetch_until_answer", "list_offsets",
-    "local_segment_bases", "metric", "numbered_batches", "offset_for", "produce_batch",
-    "produce_batches", "raw", "read_all", "start_tiered", "wait_for", "wait_tiered",
-]

@@ -100,3 +100,19 @@ def test_tree_cpu_counts_a_busy_child() -> None:
     finally:
         child.kill()
         child.wait(timeout=5)
+
+
+def test_tiered_spec_adds_overrides_and_keeps_placeholders() -> None:
+    from bench.registry import ScenarioContext
+    from bench.scenarios.tiered import tiered_spec
+
+    class FakeBroker:
+        spec = BrokerSpec("tierd", "tierd", "", REPO_ROOT)
+
+    ctx = ScenarioContext(config=BenchConfig(), broker=FakeBroker(), round=0)  # type: ignore[arg-type]
+    spec = tiered_spec(ctx, "s3", {"rsm.config.endpoint.url": "http://h:1/{odd}"})
+    argv = spec.command(1234, REPO_ROOT / "d")
+    assert "listeners=PLAINTEXT://127.0.0.1:1234" in argv
+    assert "remote.log.storage.system.enable=true" in argv
+    assert "rsm.config.endpoint.url=http://h:1/{odd}" in argv
+    assert dict(spec.env)["AWS_ACCESS_KEY_ID"] == "testing"

@@ -270,6 +270,11 @@ class RemoteLogManager:
         await self._ready_or_storage_error(p)
         key = (tp, offset, max_bytes)
         entry = self._reads.get(key)
+        if entry is not None and entry.done.is_set() and entry.error is not None:
+            # A failure answers only the fetches that were waiting for it; a
+            # new fetch tries the store again (it may have recovered).
+            del self._reads[key]
+            entry = None
         if entry is None:
             entry = self._start_read(p, key, offset, max_bytes, min_one_batch)
         with trio.move_on_at(deadline):

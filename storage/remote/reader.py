@@ -156,9 +156,11 @@ def offset_for_timestamp_blocking(rsm: RemoteStorageManager, cache: RemoteIndexC
     position = indexes.position_for(start_offset)
     data = _fetch(rsm, md, position, md.segment_size_in_bytes - position)
     previous_last = md.start_offset - 1
+    parsed_to = 0
     for header in records.iter_headers(data):
         _check_batch(data, header, md, previous_last)
         previous_last = header.last_offset
+        parsed_to = header.position + header.size
         if header.last_offset < start_offset or header.max_timestamp < timestamp:
             continue
         append_time = header.attributes & records.ATTR_LOG_APPEND_TIME
@@ -171,4 +173,10 @@ def offset_for_timestamp_blocking(rsm: RemoteStorageManager, cache: RemoteIndexC
             ts = header.max_timestamp if append_time else rec.timestamp
             if ts >= timestamp and rec.offset >= start_offset:
                 return rec.offset, ts
+    if parsed_to != len(data):
+        # The batches stopped short of the segment's end: a length field lies.
+        # Answering None would send the caller to a later segment (a wrong offset).
+        raise CorruptRemoteDataError(
+            f"unparseable batch at byte {position + parsed_to} of remote segment "
+            f"{md.remote_log_segment_id}")
     return None

@@ -39,7 +39,8 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
 
 
 @pytest.fixture
-def s3_tier_behind_proxy(moto_server: MotoServer, s3_bucket: str, fault_proxy: FaultProxy,
-                         aws_test_env: dict[str, str]) -> S3Tier:
+def s3_tier_behind_proxy(moto_server: MotoServer, s3_bucket: str,  # noqa: F811
+                         fault_proxy: FaultProxy, aws_test_env: dict[str, str]  # noqa: F811
+                         ) -> S3Tier:
     """An S3 tier whose broker talks to moto through the fault-injecting proxy."""
     return S3Tier(moto_server.client(), s3_bucket, fault_proxy.endpoint_url)

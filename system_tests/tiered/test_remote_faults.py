@@ -21,6 +21,7 @@ import pytest
 from system_tests.s3_fixtures import Fault, FaultProxy
 from system_tests.tiered_helpers import (
     COPY_SEGMENT_FINISHED,
+    COPY_SEGMENT_STARTED,
     CORRUPT_MESSAGE,
     DELETE_SEGMENT_FINISHED,
     EARLIEST_LOCAL,
@@ -33,6 +34,7 @@ from system_tests.tiered_helpers import (
     decode_records,
     eventually,
     fetch_until_answer,
+    list_offsets,
     local_segment_bases,
     metric,
     numbered_batches,
@@ -102,13 +104,17 @@ def test_failed_copy_is_cleaned_up_and_retried(request: pytest.FixtureRequest, t
         left = tier.objects(topic) + tier.open_uploads(topic)
         for sid, _ in failed_attempts():
             stem = segment_stem(sid)
+            # It did write something (a .log PUT, or a multipart upload) ...
+            assert any(stem in target and method in ("PUT", "POST")
+                       for method, target in list(fault_proxy.requests)), stem
+            # ... and none of it is left.
             assert not [n for n in left if stem in n], (stem, left)
         # The data is all local and readable; nothing counts as tiered.
         segments = len(local_segment_bases(broker, topic))
         assert local_segment_bases(broker, topic)[0] == first_segment and segments >= 2
         assert offset_for(client, topic, EARLIEST_LOCAL) == 0
         assert offset_for(client, topic, LATEST_TIERED) == -1
-        assert read_all(client, topic) == [(o, b[0]) for o, b in zip(bases, batches)]
+        assert read_all(client, topic) == [(o, b[0]) for o, b in zip(bases, batches, strict=True)]
 
         fault_proxy.clear()
         wait_tiered(broker, tier, topic, segments - 1)
@@ -118,21 +124,35 @@ def test_failed_copy_is_cleaned_up_and_retried(request: pytest.FixtureRequest, t
         finished = read_metadata(client, topic).finished()
         assert sorted(s.start_offset for s in finished) == sorted(
             tier.start_offset_of(n) for n in tier.log_objects(topic))
-        assert all(s.states == [0, COPY_SEGMENT_FINISHED] for s in finished)
+        assert all(s.states == [COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED] for s in finished)
         assert offset_for(client, topic, EARLIEST_LOCAL) > 0
-        assert read_all(client, topic) == [(o, b[0]) for o, b in zip(bases, batches)]
+        assert read_all(client, topic) == [(o, b[0]) for o, b in zip(bases, batches, strict=True)]
 
 
-def corrupt(data: bytes) -> bytes:
+def flip_middle(data: bytes) -> bytes:
     """Flip 16 bytes in the middle of the object (inside a batch's records)."""
     middle = len(data) // 2
     return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 16]) + data[middle + 16:]
 
 
-@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def bad_length(data: bytes) -> bytes:
+    """Set the first batch's length field (bytes 8-11) past the end of the object."""
+    return data[:8] + b"\x7f\xff\xff\xff" + data[12:]
+
+
+# damage -> (edit of the .log object or None to delete it, the error code a fetch must get)
+DAMAGE = {
+    "missing": (None, KAFKA_STORAGE_ERROR),
+    "corrupt-records": (flip_middle, CORRUPT_MESSAGE),
+    "corrupt-batch-length": (bad_length, CORRUPT_MESSAGE),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_missing_or_corrupt_remote_object_is_a_clear_error(request: pytest.FixtureRequest,
                                                            tmp_path: Path, tier: RemoteTier,
                                                            topic: str, damage: str) -> None:
+    edit, want = DAMAGE[damage]
     broker = start_tiered(request, tmp_path / "broker", tier)
     create_tiered_topic(broker, topic)
     batches = numbered_batches(4, 3, size=300)
@@ -140,17 +160,23 @@ def test_missing_or_corrupt_remote_object_is_a_clear_error(request: pytest.Fixtu
         bases = produce_batches(client, topic, 0, batches)
         wait_tiered(broker, tier, topic, 3)
         victim = next(n for n in tier.log_objects(topic) if tier.start_offset_of(n) == bases[1])
-        if damage == "missing":
+        if edit is None:
             tier.delete(victim)
-            want = KAFKA_STORAGE_ERROR
         else:
-            tier.write(victim, corrupt(tier.read(victim)))
-            want = CORRUPT_MESSAGE
+            tier.write(victim, edit(tier.read(victim)))
 
         # Every offset of the damaged segment: the error, never records.
         for offset in range(bases[1], bases[2]):
             got = fetch_until_answer(client, topic, 0, offset)
             assert (got.error_code, got.records) == (want, b""), (offset, got)
+        # A timestamp lookup that needs the damaged segment fails too, rather
+        # than answering an offset from a later segment.
+        for rec in batches[1]:
+            error, offset, _ = list_offsets(client, topic, {0: rec.timestamp})[0]
+            assert error != NONE and offset == -1, (
+                f"ListOffsets({rec.timestamp}) answered offset {offset} (error {error}); "
+                f"the record with that timestamp is at {bases[1] + batches[1].index(rec)} "
+                f"in the damaged remote segment")
         # The segments around it still read back, remote and local.
         for b in (0, 2, 3):
             got = fetch_until_answer(client, topic, 0, bases[b])

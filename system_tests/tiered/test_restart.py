@@ -95,6 +95,10 @@ def test_restart_without_checkpoints_resumes_tiering(request: pytest.FixtureRequ
         eventually(lambda: [tier.start_offset_of(n) for n in tier.log_objects(topic)]
                    == bases[:-1],
                    lambda: f"remote segments {tier.log_objects(topic)}, want starts {bases[:-1]}")
+        # Nothing else is left in the tier (no temp file or index of a dead attempt).
+        stems = {n.rsplit(".", 1)[0] for n in tier.log_objects(topic)}
+        strays = [n for n in tier.objects(topic) if n.split(".", 1)[0] not in stems]
+        assert not strays, strays
         assert sorted(s.start_offset for s in read_metadata(client, topic).finished()) == bases[:-1]
         assert [r for _, r in read_all(client, topic)] == expected
 

@@ -149,6 +149,8 @@ def test_delete_topic_empties_the_remote_tier_and_the_name_is_reusable(
         eventually(lambda: not old_objects & set(tier.objects(topic)),
                    lambda: f"objects of the deleted topic remain: "
                            f"{sorted(old_objects & set(tier.objects(topic)))}")
+        # The new topic's segments are tiered under its own topic id.
+        assert len(tier.log_objects(topic, 0)) == 2 and not tier.log_objects(topic, 1)
         assert [r for _, r in read_all(client, topic)] == [r for b in fresh for r in b]
         assert offset_for(client, topic, EARLIEST) == 0
 

@@ -1,0 +1,370 @@
+"""Tiered storage (KIP-405): cold read from the remote tier vs hot read, and produce
+latency with tiering on vs off. tierd only - Tansu has no tiered storage, so its
+rounds report nothing here and the figures to read are tierd's own ratios.
+
+One case per remote storage manager (``fs``: a directory; ``s3``: a bucket on a
+moto server on loopback, over real HTTP). For each, in each round:
+
+1. A tierd with tiering on (its own process, beside the round's plain broker) and
+   two topics with the same ``segment.bytes``: ``cold`` (remote.storage.enable=true,
+   local.retention.bytes=1: every closed segment is copied, then deleted locally)
+   and ``hot`` (not tiered).
+2. Bulk-produce the same values to both and wait until every closed segment of
+   ``cold`` is remote and gone from local disk (the time this takes is reported).
+3. Produce at a steady rate to each in turn (the order alternates by round) and
+   take p50/p99 of the acks=all delivery latency: tiering on (``cold``, whose new
+   segments are copied and deleted locally while it is measured) vs off (``hot``);
+   then wait until ``cold`` is all tiered again.
+4. Read each topic from offset 0 with an assign()-only consumer, verifying count,
+   uniqueness and every value's CRC-32: ``cold`` comes from the remote tier (all
+   but its active segment), ``hot`` from local disk. cold/hot is the ratio of MB/s.
+
+Everything started here (brokers, moto, the remote directory) is stopped or removed
+before the case returns, on errors too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.brokers import BrokerProcess, BrokerSpec, tierd_spec
+from bench.kafka_util import (
+    DeliveryTracker,
+    base_config,
+    consumer_config,
+    producer_config,
+    topic_partitions,
+    wait_metadata_ready,
+)
+from bench.payload import PayloadSet, Verifier, payload_set
+from bench.registry import Scenario, ScenarioContext, register
+from bench.results import CaseResult, MetricSpec
+from bench.stats import percentile
+
+NAME = "tiered"
+RSMS = ("fs", "s3")
+SIZE = 1024
+# Bulk values per topic before --scale: 40 MB of 1 KiB values, ~40 remote segments.
+BULK_COUNT = 40_000
+# 1 MiB segments: many segments (so the cold read crosses many remote objects)
+# while the active one, which stays local, is a small share of the topic.
+SEGMENT_BYTES = 1 << 20
+# Steady-rate phase for produce latency: 2 MB/s rolls a segment every ~0.5 s, so
+# copies and local deletions run all through the tiering-on measurement.
+PACED_RATE = 2000
+PACED_SECONDS = 5.0
+# The paced sends go out one request each (linger 0), so the latency is the
+# broker's round trip and not the client's batching delay; the bulk load batches.
+PACED_LINGER_MS = 0
+LINGER_MS = 5
+# Tiering of the last closed segments: the task interval is 200 ms; S3 via moto
+# copies a 1 MiB segment in tens of ms.
+TIER_TIMEOUT = 120.0
+TOPIC_TIMEOUT = 30.0
+CONSUME_BATCH = 10_000
+# As in the throughput scenario: no client-side queue backoff, no long-poll stall.
+FETCH_QUEUE_BACKOFF_MS = 5
+FETCH_WAIT_MAX_MS = 10
+
+# Broker settings of the tiered tierd (added to the --tierd-cmd / default command).
+TIERED_OVERRIDES = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "200",
+    "rlmm.config.remote.log.metadata.topic.num.partitions": "5",
+}
+# Fake credentials moto accepts; nothing real is ever contacted.
+AWS_TEST_ENV = (
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_SESSION_TOKEN", "testing"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+    ("AWS_CONFIG_FILE", os.devnull),
+    ("AWS_SHARED_CREDENTIALS_FILE", os.devnull),
+)
+
+METRICS = (
+    MetricSpec("cold_mb_s", "cold read (remote) MB/s", "MB/s", True, "{:,.1f}"),
+    MetricSpec("cold_msgs_s", "cold read (remote) msgs/s", "msg/s", True, "{:,.0f}"),
+    MetricSpec("hot_mb_s", "hot read (local) MB/s", "MB/s", True, "{:,.1f}"),
+    MetricSpec("hot_msgs_s", "hot read (local) msgs/s", "msg/s", True, "{:,.0f}"),
+    MetricSpec("cold_hot_ratio", "cold/hot read MB/s", "x", True, "{:,.3f}"),
+    MetricSpec("remote_pct", "cold topic share remote", "%", True, "{:,.1f}"),
+    MetricSpec("tier_wait_s", "bulk backlog tiered after", "s", False, "{:,.2f}"),
+    MetricSpec("p50_on_ms", "produce p50, tiering on", "ms", False, "{:,.2f}"),
+    MetricSpec("p99_on_ms", "produce p99, tiering on", "ms", False, "{:,.2f}"),
+    MetricSpec("p50_off_ms", "produce p50, tiering off", "ms", False, "{:,.2f}"),
+    MetricSpec("p99_off_ms", "produce p99, tiering off", "ms", False, "{:,.2f}"),
+    MetricSpec("p99_on_off_ratio", "produce p99 on/off", "x", False, "{:,.3f}"),
+)
+
+
+# -- what each case starts ---------------------------------------------------------
+
+
+@contextmanager
+def moto_endpoint(log_path: Path) -> Iterator[tuple[str, str]]:
+    """A moto S3 server on loopback with one fresh bucket: yields (endpoint, bucket)."""
+    from system_tests.s3_fixtures import MotoServer  # the test suite's moto launcher
+
+    server = MotoServer(log_path)
+    try:
+        server.start()
+        yield server.endpoint_url, server.create_bucket()
+    finally:
+        server.stop()
+
+
+@contextmanager
+def remote_tier(rsm: str, log_dir: Path) -> Iterator[dict[str, str]]:
+    """Broker settings for ``rsm``; whatever backs it is removed afterwards."""
+    if rsm == "fs":
+        root = Path(tempfile.mkdtemp(prefix="bench-tiered-remote-"))
+        try:
+            yield {"rsm.config.dir": str(root)}
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
+    with moto_endpoint(log_dir / "moto.log") as (endpoint, bucket):
+        yield {
+            "remote.log.storage.manager.class.name": "s3",
+            "rsm.config.bucket": bucket,
+            "rsm.config.prefix": "bench/",
+            "rsm.config.region": "us-east-1",
+            "rsm.config.endpoint.url": endpoint,
+        }
+
+
+def tiered_spec(ctx: ScenarioContext, rsm: str, settings: dict[str, str]) -> BrokerSpec:
+    """The round's tierd command with tiering on over ``rsm``."""
+    base = tierd_spec(ctx.config)
+    extra = {**TIERED_OVERRIDES, **settings}
+    args = " ".join(f"--override {shlex.quote(f'{k}={v}')}" for k, v in extra.items())
+    env = AWS_TEST_ENV if rsm == "s3" else ()
+    # Braces in values would be read as placeholders by BrokerSpec.command.
+    args = args.replace("{", "{{").replace("}", "}}")
+    return BrokerSpec(name=base.name, label=f"{base.label} (tiered, {rsm})",
+                      command_template=f"{base.command_template} {args}", cwd=base.cwd, env=env)
+
+
+def create_topics(bootstrap: str, topics: dict[str, dict[str, str]], partitions: int) -> None:
+    """CreateTopics and wait until every partition has a leader."""
+    admin = AdminClient(base_config(bootstrap))
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=cfg)
+         for name, cfg in topics.items()],
+        operation_timeout=TOPIC_TIMEOUT, request_timeout=TOPIC_TIMEOUT)
+    for future in futures.values():
+        future.result(timeout=TOPIC_TIMEOUT)
+    deadline = time.monotonic() + TOPIC_TIMEOUT
+    for name in topics:
+        while len(topic_partitions(admin, name)) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} has no leader after {TOPIC_TIMEOUT}s")
+            time.sleep(0.1)
+
+
+# -- phases ------------------------------------------------------------------------
+
+
+def bulk_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Produce ``values`` as fast as the client goes; fail on any delivery error."""
+    tracker = DeliveryTracker()
+    producer = Producer(producer_config(bootstrap, "all", "none", LINGER_MS,
+                                        on_delivery=tracker))
+    for i, value in enumerate(values):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 1024 == 0:
+            producer.poll(0)
+    left = producer.flush(60)
+    if left or tracker.errors:
+        raise RuntimeError(f"bulk produce to {topic}: {left} undelivered, "
+                           f"{tracker.errors} errors (first: {tracker.first_error})")
+
+
+def paced_produce(bootstrap: str, topic: str, values: list[bytes]) -> list[float]:
+    """Produce ``values`` at PACED_RATE msg/s; return the acks=all delivery latencies (s)."""
+    tracker = DeliveryTracker()
+    producer = Producer(producer_config(bootstrap, "all", "none", PACED_LINGER_MS,
+                                        on_delivery=tracker))
+    topic_partitions(producer, topic)  # connect and fetch metadata before the clock starts
+    interval = 1.0 / PACED_RATE
+    start = time.monotonic()
+    for i, value in enumerate(values):
+        delay = start + i * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, value)
+        producer.poll(0)
+    left = producer.flush(60)
+    if left or tracker.errors:
+        raise RuntimeError(f"paced produce to {topic}: {left} undelivered, "
+                           f"{tracker.errors} errors (first: {tracker.first_error})")
+    return tracker.latencies
+
+
+def local_logs(data_dir: Path, topic: str, partition: int) -> list[int]:
+    """Base offsets of the partition's .log files on the broker's disk."""
+    directory = data_dir / f"{topic}-{partition}"
+    return sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+
+
+def wait_all_tiered(data_dir: Path, topic: str, partitions: int) -> None:
+    """Until each partition keeps only its active segment locally (local retention
+    deletes only segments already in the remote tier)."""
+    deadline = time.monotonic() + TIER_TIMEOUT
+    while any(len(local_logs(data_dir, topic, p)) > 1 for p in range(partitions)):
+        if time.monotonic() > deadline:
+            left = {p: len(local_logs(data_dir, topic, p)) for p in range(partitions)}
+            raise TimeoutError(f"{topic} not tiered after {TIER_TIMEOUT}s: local segments {left}")
+        time.sleep(0.05)
+
+
+@dataclass
+class ReadOutcome:
+    elapsed: float
+    verifier: Verifier
+    errors: int
+    first_error: str
+
+
+def read_all(bootstrap: str, topic: str, payloads: PayloadSet, idle_timeout: float
+             ) -> ReadOutcome:
+    """Read ``topic`` from offset 0 until every value is verified (or it stalls)."""
+    verifier = Verifier(payloads.crcs)
+    consumer = Consumer(consumer_config(
+        bootstrap, f"bench-{topic}-{uuid.uuid4().hex[:8]}",
+        **{"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+           "fetch.wait.max.ms": FETCH_WAIT_MAX_MS}))
+    errors, first_error = 0, ""
+    try:
+        parts = topic_partitions(consumer, topic)
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        last_progress = time.monotonic()
+        while not verifier.complete() and time.monotonic() - last_progress < idle_timeout:
+            want = min(CONSUME_BATCH, max(1, verifier.expected - verifier.unique))
+            for msg in consumer.consume(num_messages=want, timeout=0.5):
+                if msg.error() is not None:
+                    errors += 1
+                    first_error = first_error or str(msg.error())
+                    continue
+                verifier.feed(msg.value())
+                last_progress = time.monotonic()
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return ReadOutcome(elapsed, verifier, errors, first_error)
+
+
+# -- one case ----------------------------------------------------------------------
+
+
+def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
+    """Start a tiered tierd over ``rsm``, measure, and stop everything again."""
+    config = ctx.config
+    bulk = max(1000, int(round(BULK_COUNT * config.scale)))
+    paced = int(PACED_RATE * PACED_SECONDS)
+    payloads = payload_set(bulk + paced, SIZE)
+    cold = ctx.topic_name(NAME, f"{rsm}-cold")
+    hot = ctx.topic_name(NAME, f"{rsm}-hot")
+    log_dir = config.log_dir / f"tiered-{rsm}-round{ctx.round + 1}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with remote_tier(rsm, log_dir) as settings, BrokerProcess(
+            tiered_spec(ctx, rsm, settings), log_dir / "tierd.log",
+            config.startup_timeout) as broker:
+        wait_metadata_ready(broker.bootstrap, config.startup_timeout)
+        segment = {"segment.bytes": str(SEGMENT_BYTES)}
+        create_topics(broker.bootstrap, {
+            cold: {**segment, "remote.storage.enable": "true", "local.retention.bytes": "1"},
+            hot: segment,
+        }, config.partitions)
+        for topic in (cold, hot):
+            bulk_produce(broker.bootstrap, topic, payloads.values[:bulk])
+        tier_started = time.monotonic()
+        wait_all_tiered(broker.data_dir, cold, config.partitions)
+        result.metrics["tier_wait_s"] = time.monotonic() - tier_started
+        # The bulk backlog is tiered: during the paced phases the only tiering work
+        # is the cold topic's own new segments. The side that goes first alternates
+        # by round, so drift over the round cancels out.
+        order = [(cold, "on"), (hot, "off")]
+        if ctx.round % 2:
+            order.reverse()
+        for topic, side in order:
+            lat = paced_produce(broker.bootstrap, topic, payloads.values[bulk:])
+            result.metrics[f"p50_{side}_ms"] = percentile(lat, 50) * 1e3
+            result.metrics[f"p99_{side}_ms"] = percentile(lat, 99) * 1e3
+        wait_all_tiered(broker.data_dir, cold, config.partitions)
+        local_start = sum(local_logs(broker.data_dir, cold, p)[0]
+                          for p in range(config.partitions))
+        result.metrics["remote_pct"] = 100.0 * local_start / payloads.count
+        for topic, side in ((cold, "cold"), (hot, "hot")):
+            outcome = read_all(broker.bootstrap, topic, payloads, config.idle_timeout)
+            secs = max(outcome.elapsed, 1e-9)
+            result.metrics[f"{side}_msgs_s"] = outcome.verifier.unique / secs
+            result.metrics[f"{side}_mb_s"] = outcome.verifier.unique * SIZE / secs / 1e6
+            if not outcome.verifier.ok():
+                result.verified = False
+                result.notes.append(f"{side} read: {outcome.verifier.summary()}")
+            if outcome.errors:
+                result.notes.append(f"{side} read: {outcome.errors} consumer error(s), "
+                                    f"first: {outcome.first_error}")
+    m = result.metrics
+    m["cold_hot_ratio"] = m["cold_mb_s"] / m["hot_mb_s"] if m["hot_mb_s"] else float("nan")
+    m["p99_on_off_ratio"] = m["p99_on_ms"] / m["p99_off_ms"] if m["p99_off_ms"] else float("nan")
+    m["messages"] = float(payloads.count)
+
+
+def run(ctx: ScenarioContext) -> list[CaseResult]:
+    """Both RSM cases on tierd; nothing on Tansu (it has no tiered storage)."""
+    if ctx.broker.spec.name != "tierd":
+        ctx.log(f"{NAME}: skipped ({ctx.broker.spec.label} has no tiered storage)")
+        return []
+    results = []
+    for rsm in RSMS:
+        case = f"{rsm}-{SIZE // 1024}KiB"
+        if not ctx.case_selected(case):
+            continue
+        result = ctx.new_result(NAME, case)
+        try:
+            run_case(ctx, rsm, result)
+            m = result.metrics
+            ctx.log(f"{NAME} {case}: cold {m['cold_mb_s']:.1f} MB/s, hot {m['hot_mb_s']:.1f} "
+                    f"MB/s (cold/hot {m['cold_hot_ratio']:.2f}); produce p99 on "
+                    f"{m['p99_on_ms']:.2f} ms, off {m['p99_off_ms']:.2f} ms"
+                    f"{'' if result.verified else ' NOT VERIFIED'}")
+        except Exception as exc:  # noqa: BLE001 - record and go on with the next case
+            result.error = f"{type(exc).__name__}: {exc}"
+            ctx.log(f"{NAME} {case}: ERROR {result.error}")
+        results.append(result)
+    return results
+
+
+SCENARIO = register(
+    Scenario(
+        name=NAME,
+        description="tierd only: cold read (remote, fs and S3/moto) vs hot read (local), "
+        "produce p99 with tiering on vs off (1 KiB, acks=all)",
+        run=run,
+        metrics=METRICS,
+        order=30,
+    )
+)
