@@ -1,10 +1,10 @@
 """Assembles the broker from its parts and runs it until a signal arrives.
 
 Startup order: metadata store (cluster id, topics) -> logs (recovery) ->
-metrics endpoint -> group coordinator (replays __consumer_offsets) -> TCP
-listener. Shutdown on SIGTERM/SIGINT: stop accepting,
-cancel connections, flush and checkpoint every log, write the clean-shutdown
-marker.
+metrics endpoint -> group coordinator (replays __consumer_offsets) ->
+transaction coordinator (replays __transaction_state) -> TCP listener.
+Shutdown on SIGTERM/SIGINT: stop accepting, cancel connections, flush and
+checkpoint every log, write the clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.server import serve
 from broker.tiering import build_tiering
+from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
 from replication.metadata import LocalMetadataStore
 from replication.replica_manager import ReplicaManager
@@ -42,8 +43,9 @@ def build(config: BrokerConfig) -> BrokerContext:
     metrics.add_log_sizes(lambda: [(t, p, part.log.size)
                                    for (t, p), part in list(replicas.partitions.items())])
     host, port = config.advertised
+    groups = GroupCoordinator(config, replicas)
     return BrokerContext(config, store, replicas, metrics, config["node.id"], host, port,
-                         GroupCoordinator(config, replicas))
+                         groups, TransactionCoordinator(config, replicas, groups))
 
 
 async def run(config: BrokerConfig) -> None:
@@ -62,6 +64,8 @@ async def run(config: BrokerConfig) -> None:
                 await nursery.start(tiering.run)
             if ctx.groups is not None:
                 await nursery.start(ctx.groups.run)
+            if ctx.transactions is not None:
+                await nursery.start(ctx.transactions.run)
             try:
                 listeners = await nursery.start(serve, ctx, host, port)
             except OSError as exc:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
+from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
 from replication.metadata import LocalMetadataStore
 from replication.replica_manager import ReplicaManager
@@ -22,6 +23,7 @@ class BrokerContext:
     host: str
     port: int
     groups: GroupCoordinator | None = None
+    transactions: TransactionCoordinator | None = None
 
     @property
     def cluster_id(self) -> str:

@@ -102,6 +102,18 @@ _DEFS: list[ConfigDef] = [
               "offsets check.", at_least=1),
     ConfigDef("offset.metadata.max.bytes", T.INT, 4096, "Largest metadata string of a "
               "committed offset.", at_least=0),
+    ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "Largest transaction timeout a "
+              "producer may ask for.", at_least=1),
+    ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of "
+              "__transaction_state (fixed once the topic exists).", at_least=1),
+    ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600, "Segment size of "
+              "__transaction_state.", at_least=1),
+    ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "Idle time after which a "
+              "transactional id is forgotten.", at_least=1),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
+              "Period of the check that aborts timed-out transactions.", at_least=1),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
+              "Period of the check that removes expired transactional ids.", at_least=1),
     ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),

@@ -74,6 +74,11 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.ListGroupsRequest, admin.ListGroupsResponse, 1, 5),
         _spec(admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 1, 5),
         _spec(admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
+        # Transactions (broker/handlers/transactions.py); v5 = transaction version 2, not offered.
+        _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 4),
+        _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),
+        _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 4),
+        _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 4),
     )
 }
 

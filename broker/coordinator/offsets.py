@@ -123,6 +123,18 @@ class OffsetManager:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
+    def apply_transactional(self, group_id: str,
+                            offsets: dict[TopicPartition, OffsetCommitValue]) -> None:
+        """Make a committed transaction's offsets visible (TxnOffsetCommit, KIP-98).
+
+        Their records and COMMIT marker are already in __consumer_offsets
+        (written by ``broker.transactions``), so nothing is appended here.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, S.EMPTY, self.wall_clock())
+        group.offsets.update(offsets)
+
     # -- OffsetFetch -----------------------------------------------------------
 
     def fetch(self, group_id: str, partitions: list[TopicPartition] | None

@@ -175,8 +175,8 @@ class OffsetsStore:
             start = offset
             for header in batches.iter_headers(result.data):
                 offset = header.last_offset + 1
-                if header.is_control:
-                    continue
+                if header.is_control or header.is_transactional:
+                    continue  # transactional offsets: replayed by broker.transactions
                 try:
                     decoded = batches.decode_records(result.data, header)
                 except KafkaApiError as exc:

@@ -25,6 +25,7 @@ from broker.handlers import (
     metadata,
     offsets,
     produce,
+    transactions,
 )
 from protocol.api import RequestHeader
 
@@ -32,5 +33,6 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
-                admin_topics, admin_configs, cluster, init_producer_id, groups, offsets):
+                admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
+                transactions):
     HANDLERS.update(_module.HANDLERS)

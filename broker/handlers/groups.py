@@ -2,10 +2,9 @@
 DescribeGroups and DeleteGroups: requests in, ``broker.coordinator`` calls,
 responses out.
 
-This single broker coordinates every group, so FindCoordinator answers
-itself for group keys. Transaction coordinator keys (key type 1) are
-answered COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists;
-other key types (share groups) get INVALID_REQUEST.
+This single broker coordinates every group and every transactional id, so
+FindCoordinator answers itself for group keys and transaction keys (key
+type 1); other key types (share groups) get INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -79,11 +78,8 @@ async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req
 
 
 def _find(ctx: BrokerContext, key_type: int, key: str) -> tuple[int, str | None]:
-    if key_type == GROUP_KEY_TYPE:
+    if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return ErrorCode.NONE, None
-    if key_type == TRANSACTION_KEY_TYPE:
-        code = _error(ctx, "FindCoordinator", ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return code, "no transaction coordinator on this broker"
     return _error(ctx, "FindCoordinator", ErrorCode.INVALID_REQUEST), f"key type {key_type}"
 
 

@@ -84,7 +84,7 @@ async def _lookup(ctx: BrokerContext, part: Partition, timestamp: int, version: 
     if timestamp < 0 and timestamp != MAX_TIMESTAMP:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
     found = await _search(ctx, part, timestamp)
-    if found is None or found[0] >= part.high_watermark:
+    if found is None or found[0] >= (part.last_stable_offset if committed else part.high_watermark):
         return -1, -1, -1
     return found[0], found[1], lg.epochs.epoch_for_offset(found[0])
 

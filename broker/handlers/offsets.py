@@ -62,26 +62,35 @@ async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: A
 async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     v = header.api_version
     resp = OffsetFetchResponse[v]
+    # KIP-447: require_stable (v7+) makes offsets of open transactions UNSTABLE_OFFSET_COMMIT.
+    stable = v >= 7 and bool(req.require_stable)
     if v >= 8:
         group_cls = resp.OffsetFetchResponseGroup
         return resp(throttle_time_ms=0, groups=[
             group_cls(group_id=g.group_id, error_code=0,
                       topics=_fetch(ctx, group_cls.OffsetFetchResponseTopics, g.group_id,
-                                    g.topics, "OffsetFetchResponsePartitions"))
+                                    g.topics, "OffsetFetchResponsePartitions", stable))
             for g in req.groups])
     topics = _fetch(ctx, resp.OffsetFetchResponseTopic, req.group_id, req.topics,
-                    "OffsetFetchResponsePartition")
+                    "OffsetFetchResponsePartition", stable)
     return resp(throttle_time_ms=0, error_code=0, topics=topics)
 
 
 def _fetch(ctx: BrokerContext, topic_cls: Any, group_id: str, topics: Any | None,
-           part_attr: str) -> list[Any]:
+           part_attr: str, stable: bool = False) -> list[Any]:
     """Topics of one group's OffsetFetch answer (``topics`` None: everything committed)."""
     part_cls = getattr(topic_cls, part_attr)
     wanted = None if topics is None else [(t.name, p) for t in topics
                                           for p in t.partition_indexes]
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), value in coordinator(ctx).offsets.fetch(group_id, wanted):
+        if stable and ctx.transactions is not None \
+                and ctx.transactions.offsets_pending(group_id, (topic, partition)):
+            ctx.metrics.error("OffsetFetch", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            by_topic.setdefault(topic, []).append(part_cls(
+                partition_index=partition, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                committed_offset=NO_OFFSET, committed_leader_epoch=NO_EPOCH, metadata=""))
+            continue
         by_topic.setdefault(topic, []).append(part_cls(
             partition_index=partition, error_code=0,
             committed_offset=value.offset if value else NO_OFFSET,

@@ -4,6 +4,10 @@ With one replica, acks=-1 is satisfied as soon as the leader appended (the
 ISR is just us), exactly as Kafka behaves with replication factor 1. acks=0
 gets no response at all. Per-partition errors (unknown partition, corrupt
 batch, too large) are answered for that partition; the others still append.
+
+Transactional batches are verified with the transaction coordinator first
+(a simplified KIP-890 check): the partition must be in the producer's open
+transaction, else INVALID_TXN_STATE.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import structlog
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker.context import BrokerContext
+from protocol import records as batches
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
 
@@ -35,17 +40,23 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
             if not acks_ok:
                 parts.append(_error(ctx, part_cls, pd.index, ErrorCode.INVALID_REQUIRED_ACKS, ""))
                 continue
-            parts.append(_append(ctx, part_cls, topic.name, pd))
+            parts.append(_append(ctx, part_cls, topic.name, pd, req.transactional_id))
         topics.append(topic_cls(name=topic.name, partition_responses=parts))
     if req.acks == 0:
         return None
     return resp(responses=topics, throttle_time_ms=0)
 
 
-def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any) -> Any:
+def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any,
+            transactional_id: str | None) -> Any:
     records = pd.records
     if records is None:
         return _error(ctx, part_cls, pd.index, ErrorCode.CORRUPT_MESSAGE, "null record set")
+    code = _verify_transactional(ctx, transactional_id, (topic, pd.index), records)
+    if code:
+        log.info("transactional produce rejected", topic=topic, partition=pd.index,
+                 transactional_id=transactional_id, error=code.name)
+        return _error(ctx, part_cls, pd.index, code, f"transactional batch refused: {code.name}")
     try:
         result = ctx.replicas.append((topic, pd.index), bytearray(records))
     except KafkaApiError as exc:
@@ -59,6 +70,17 @@ def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any) -> Any:
                     log_append_time_ms=result.log_append_time,
                     log_start_offset=result.log_start_offset, record_errors=[],
                     error_message=None)
+
+
+def _verify_transactional(ctx: BrokerContext, transactional_id: str | None,
+                          tp: tuple[str, int], data: bytes) -> ErrorCode:
+    if ctx.transactions is None or len(data) < batches.HEADER_SIZE:
+        return ErrorCode.NONE
+    head = batches.parse_header(data, 0)
+    if not head.is_transactional or head.is_control:
+        return ErrorCode.NONE
+    return ctx.transactions.verify_produce(transactional_id, head.producer_id,
+                                           head.producer_epoch, tp)
 
 
 def _error(ctx: BrokerContext, part_cls: Any, index: int, code: ErrorCode, message: str) -> Any:

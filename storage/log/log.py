@@ -32,9 +32,9 @@ import trio
 
 from config.topic import LogConfig
 from protocol import records
+from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import LeaderEpochCache
-from protocol.control import EndTxnMarker, read_marker
 from storage.log.producer_snapshot import CorruptSnapshot, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
 from storage.log.segment import LogSegment
@@ -608,9 +608,12 @@ class Log:
         self.recovery_point = offset
 
     def close(self) -> None:
-        """Close the files; like Kafka, snapshot the producer state at the log end first."""
-        if os.path.isdir(self.directory) and self.snapshots.existing(self.end_offset) is None:
-            self.snapshots.write(self.end_offset, self.producers.snapshot_entries())
+        """Close the files; like Kafka, snapshot the producer state at the log end first
+        (unless the log is empty or that snapshot exists)."""
+        end = self.end_offset
+        if (end > self.segments[0].base_offset and os.path.isdir(self.directory)
+                and self.snapshots.existing(end) is None):
+            self.snapshots.write(end, self.producers.snapshot_entries())
         for seg in self.segments:
             seg.close()
 

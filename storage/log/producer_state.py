@@ -20,10 +20,10 @@ coordinator epoch is TRANSACTION_COORDINATOR_FENCED.
 
 Who may append what (``AppendOrigin``): clients send data with sequences and
 never control batches; the coordinators append markers and transactional
-offset commits without sequences; replication copies whatever the leader
-wrote. The state is saved to and restored from ``<offset>.snapshot`` files
-(``snapshot_entries`` / ``load_snapshot``); the log replays the batches
-after the snapshot it restored.
+offset commits without sequences. (Replicated batches are not checked, only
+recorded with ``update``.) The state is saved to and restored from
+``<offset>.snapshot`` files (``snapshot_entries`` / ``load_snapshot``); the
+log replays the batches after the snapshot it restored.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ NO_TXN = -1
 class AppendOrigin(enum.Enum):
     CLIENT = "client"
     COORDINATOR = "coordinator"
-    REPLICATION = "replication"
 
 
 @dataclass(slots=True)

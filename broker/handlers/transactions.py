@@ -1,0 +1,158 @@
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit: requests in,
+``broker.transactions`` calls, responses out.
+
+As Kafka's request layer: partitions of topics this broker lacks are
+answered UNKNOWN_TOPIC_OR_PARTITION before the coordinator sees the request
+(AddPartitionsToTxn then answers OPERATION_NOT_ATTEMPTED for the others, so
+a transaction is never half-extended); PRODUCER_FENCED becomes
+INVALID_PRODUCER_EPOCH for request versions older than the one that
+introduced it (v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn).
+
+AddPartitionsToTxn v0-v3 is the client form; v4 is the batched broker form,
+with ``verify_only`` answering whether each partition is already in the
+transaction (KIP-890 part 1). Transaction version 2 (EndTxn v5,
+TxnOffsetCommit v5, AddPartitionsToTxn v5) is not advertised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+from broker.context import BrokerContext
+from broker.coordinator.offsets import PartitionCommit
+from broker.transactions import TransactionCoordinator
+from protocol.api import RequestHeader
+from protocol.errors import ErrorCode
+
+E = ErrorCode
+# First request version that may carry PRODUCER_FENCED (older ones get INVALID_PRODUCER_EPOCH).
+_FENCED_SINCE = 2
+_BATCHED_VERSION = 4
+NO_EPOCH = -1
+
+
+def coordinator(ctx: BrokerContext) -> TransactionCoordinator:
+    """The broker's transaction coordinator (a wiring bug if missing)."""
+    if ctx.transactions is None:
+        raise RuntimeError("broker context has no transaction coordinator")
+    return ctx.transactions
+
+
+def fenced_for(code: ErrorCode, version: int, since: int = _FENCED_SINCE) -> ErrorCode:
+    """PRODUCER_FENCED as the request version knows it."""
+    if code is E.PRODUCER_FENCED and version < since:
+        return E.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def _count(ctx: BrokerContext, api: str, code: ErrorCode) -> ErrorCode:
+    if code:
+        ctx.metrics.error(api, code)
+    return code
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------
+
+
+async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    v = header.api_version
+    resp = AddPartitionsToTxnResponse[v]
+    if v < _BATCHED_VERSION:
+        topics = _add_one(ctx, resp, v, req.v3_and_below_transactional_id,
+                          req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                          req.v3_and_below_topics, verify_only=False)
+        return resp(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
+    results = [resp.AddPartitionsToTxnResult(
+        transactional_id=t.transactional_id,
+        topic_results=_add_one(ctx, resp, v, t.transactional_id, t.producer_id, t.producer_epoch,
+                               t.topics, verify_only=t.verify_only))
+        for t in req.transactions]
+    return resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
+
+
+def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: int, epoch: int,
+             topics: Any, verify_only: bool) -> list[Any]:
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    known = {tp: tp in ctx.replicas.partitions for tp in wanted}
+    coord = coordinator(ctx)
+    if not all(known.values()):
+        errors = {tp: E.OPERATION_NOT_ATTEMPTED if ok else E.UNKNOWN_TOPIC_OR_PARTITION
+                  for tp, ok in known.items()}
+    elif verify_only:
+        errors = coord.verify_partitions(txn_id, producer_id, epoch, set(wanted))
+    else:
+        code = coord.add_partitions(txn_id, producer_id, epoch, set(wanted))
+        errors = dict.fromkeys(wanted, fenced_for(code, v))
+    by_topic: dict[str, list[Any]] = {}
+    part_cls = resp.AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(part_cls(
+            partition_index=partition,
+            partition_error_code=_count(ctx, "AddPartitionsToTxn", code)))
+    return [resp.AddPartitionsToTxnTopicResult(name=name, results_by_partition=parts)
+            for name, parts in by_topic.items()]
+
+
+# -- AddOffsetsToTxn / EndTxn -----------------------------------------------------------
+
+
+async def handle_add_offsets(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    code = coordinator(ctx).add_offsets(req.transactional_id, req.producer_id,
+                                        req.producer_epoch, req.group_id)
+    code = _count(ctx, "AddOffsetsToTxn", fenced_for(code, header.api_version))
+    return AddOffsetsToTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
+
+
+async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    code = coordinator(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                    bool(req.committed))
+    code = _count(ctx, "EndTxn", fenced_for(code, header.api_version))
+    return EndTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
+
+
+# -- TxnOffsetCommit ----------------------------------------------------------------------
+
+
+async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    v = header.api_version
+    resp = TxnOffsetCommitResponse[v]
+    topic_cls = resp.TxnOffsetCommitResponseTopic
+    part_cls = topic_cls.TxnOffsetCommitResponsePartition
+    commits = [PartitionCommit(t.name, p.partition_index, p.committed_offset,
+                               p.committed_leader_epoch if v >= 2 else NO_EPOCH,
+                               p.committed_metadata)
+               for t in req.topics for p in t.partitions
+               if (t.name, p.partition_index) in ctx.replicas.partitions]
+    errors = iter(coordinator(ctx).txn_offset_commit(
+        req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
+        req.generation_id if v >= 3 else -1, req.member_id if v >= 3 else "",
+        req.group_instance_id if v >= 3 else None, commits) if commits else [])
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code = next(errors) if (t.name, p.partition_index) in ctx.replicas.partitions \
+                else E.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(part_cls(partition_index=p.partition_index,
+                                  error_code=_count(ctx, "TxnOffsetCommit", code)))
+        topics.append(topic_cls(name=t.name, partitions=parts))
+    return resp(throttle_time_ms=0, topics=topics)
+
+
+HANDLERS = {
+    AddPartitionsToTxnRequest.API_KEY: handle_add_partitions,
+    AddOffsetsToTxnRequest.API_KEY: handle_add_offsets,
+    EndTxnRequest.API_KEY: handle_end_txn,
+    TxnOffsetCommitRequest.API_KEY: handle_txn_offset_commit,
+}

@@ -1,0 +1,164 @@
+"""Transaction state in the internal topic ``__transaction_state``: write, and replay on start.
+
+Each transactional id lives in partition
+``(javaStringHashCode(id) & 0x7fffffff) % transaction.state.log.num.partitions``,
+as in Kafka. Every state change the coordinator makes durable is one
+uncompressed, non-transactional batch holding one record (key: the id,
+value: the metadata, see ``records``), appended through
+``ReplicaManager.append`` so it shares the log's flushing and recovery. On
+start every partition is replayed from its log start: the last record for an
+id wins, a null value (tombstone) removes it. The topic is created with
+cleanup.policy=compact, as Kafka does, so retention never deletes it.
+
+Error handling: an append failure comes back as the error code Kafka's
+TransactionStateManager answers for it; an unreadable record during replay
+is logged and skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import structlog
+
+from broker.coordinator.offsets_store import partition_for
+from broker.transactions import records as rec
+from broker.transactions.state import TxnMetadata, TxnState
+from config import BrokerConfig
+from protocol import records as batches
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.replica_manager import ReplicaManager
+
+log = structlog.get_logger(__name__)
+
+TRANSACTION_TOPIC = "__transaction_state"
+# How much of a partition one replay read asks for.
+REPLAY_READ_BYTES = 1024 * 1024
+
+# Append errors -> what Kafka's TransactionStateManager answers the client.
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
+
+def iter_log_batches(replicas: ReplicaManager, tp: tuple[str, int]
+                     ) -> Iterator[tuple[batches.BatchHeader, bytes]]:
+    """Every batch of a partition from its log start to its high watermark.
+
+    Yields (header, buffer); the header's ``position`` is within the buffer.
+    """
+    part = replicas.partitions.get(tp)
+    if part is None:
+        return
+    offset = part.log.log_start_offset
+    while offset < part.high_watermark:
+        _, result = replicas.read(tp, offset, REPLAY_READ_BYTES, committed_only=False,
+                                  min_one_batch=True)
+        start = offset
+        for header in batches.iter_headers(result.data):
+            offset = header.last_offset + 1
+            yield header, result.data
+        if offset == start:
+            log.warning("replay stopped early", topic=tp[0], partition=tp[1], offset=offset,
+                        high_watermark=part.high_watermark)
+            return
+
+
+class TxnLogStore:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 wall_clock: Callable[[], int]) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.wall_clock = wall_clock
+
+    @property
+    def partitions(self) -> int:
+        info = self.replicas.store.get(TRANSACTION_TOPIC)
+        if info is not None:
+            return info.partitions
+        return int(self.config["transaction.state.log.num.partitions"])
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.partitions)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        """The leader epoch of the id's partition: the epoch markers carry."""
+        part = self.replicas.partitions.get((TRANSACTION_TOPIC, self.partition_of(transactional_id)))
+        return part.leader_epoch if part is not None else 0
+
+    async def ensure_topic(self) -> None:
+        """Create __transaction_state (internal, compacted) if this broker has none yet."""
+        info = self.replicas.store.get(TRANSACTION_TOPIC)
+        configured = self.config["transaction.state.log.num.partitions"]
+        if info is not None:
+            if info.partitions != configured:
+                log.warning("transaction state topic partition count differs from config; "
+                            "using the topic's", topic_partitions=info.partitions,
+                            configured=configured)
+            return
+        await self.replicas.create_topic(
+            TRANSACTION_TOPIC, configured,
+            {"cleanup.policy": "compact", "compression.type": "producer",
+             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"])},
+            internal=True)
+
+    def append(self, txn: TxnMetadata | None, transactional_id: str) -> ErrorCode:
+        """Write ``txn`` (None: a tombstone) for ``transactional_id``.
+
+        Returns:
+            NONE, or the code to answer the client with.
+        """
+        value = None if txn is None else rec.encode_value(txn)
+        batch = batches.build_batch([(rec.encode_key(transactional_id), value)],
+                                    timestamp=self.wall_clock())
+        tp = (TRANSACTION_TOPIC, self.partition_of(transactional_id))
+        try:
+            self.replicas.append(tp, bytearray(batch))
+        except KafkaApiError as exc:
+            log.warning("transaction log append failed", transactional_id=transactional_id,
+                        error=exc.code.name, detail=exc.message)
+            return _APPEND_ERRORS.get(exc.code, exc.code)
+        return ErrorCode.NONE
+
+    def load(self) -> dict[str, TxnMetadata]:
+        """Replay every partition; the last record for an id wins."""
+        txns: dict[str, TxnMetadata] = {}
+        count = 0
+        for index in range(self.partitions):
+            for header, data in iter_log_batches(self.replicas, (TRANSACTION_TOPIC, index)):
+                if header.is_control:
+                    continue
+                try:
+                    decoded = batches.decode_records(data, header)
+                except KafkaApiError as exc:
+                    log.warning("skipping undecodable transaction log batch", partition=index,
+                                offset=header.base_offset, error=exc.message)
+                    continue
+                for r in decoded:
+                    count += 1
+                    self._apply(txns, r.key, r.value, index)
+        log.info("transaction state loaded", records=count, transactional_ids=len(txns),
+                 ongoing=sum(t.state is TxnState.ONGOING for t in txns.values()))
+        return txns
+
+    @staticmethod
+    def _apply(txns: dict[str, TxnMetadata], key: bytes | None, value: bytes | None,
+               partition: int) -> None:
+        if key is None:
+            return
+        try:
+            txn_id = rec.decode_key(key)
+            if value is None:
+                txns.pop(txn_id, None)
+            else:
+                txns[txn_id] = rec.decode_value(txn_id, value)
+        except rec.RecordFormatError as exc:
+            log.warning("skipping unreadable transaction log record", partition=partition,
+                        error=str(exc))
