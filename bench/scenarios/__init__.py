@@ -4,6 +4,6 @@ To add one, write ``bench/scenarios/<name>.py`` that calls
 :func:`bench.registry.register` at import time and import it here.
 """
 
-from bench.scenarios import e2e_latency, throughput, tiered
+from bench.scenarios import e2e_latency, groups, throughput, tiered
 
-__all__ = ["throughput", "e2e_latency", "tiered"]
+__all__ = ["throughput", "e2e_latency", "groups", "tiered"]

@@ -130,12 +130,16 @@ def _flush(producer: Producer, deadline: float) -> int:
 
 
 def produce_phase(
-    ctx: ScenarioContext, topic: str, case: ThroughputCase, payloads: PayloadSet
+    ctx: ScenarioContext, topic: str, case: ThroughputCase, payloads: PayloadSet, **extra: object
 ) -> PhaseOutcome:
-    """Produce every value once and wait for all delivery reports."""
+    """Produce every value once and wait for all delivery reports.
+
+    ``extra`` overrides producer settings (e.g. ``enable.idempotence``).
+    """
     tracker = DeliveryTracker()
     producer = Producer(
-        producer_config(ctx.bootstrap, case.acks, case.codec, LINGER_MS, on_delivery=tracker)
+        producer_config(ctx.bootstrap, case.acks, case.codec, LINGER_MS, on_delivery=tracker,
+                        **extra)
     )
     topic_partitions(producer, topic)  # connect + metadata outside the timed section
     deadline = time.monotonic() + ctx.config.phase_timeout(payloads.count)

@@ -17,8 +17,10 @@
 //       unset, headers "name=base64,name=base64" or "-" for none.
 //       Generated records: key "k<i>", value = generatedValue(i, S) below.
 //   consume --bootstrap B --topic T [--partition P]... [--from-offset O]
-//           [--start P:O]... [--expect N] [--group G] [--timeout-ms MS] [--digest]
-//       assign()+seek() unless --group is given (then subscribe() and commit).
+//           [--start P:O]... [--expect N] [--group G] [--group-id G] [--timeout-ms MS]
+//           [--digest] [--isolation read_committed|read_uncommitted]
+//       assign()+seek() unless --group is given (then subscribe() and commit);
+//       --group-id sets group.id while still assigning (Spark's Kafka source).
 //       Reads until every partition reaches the end offset seen at start, or
 //       until --expect records have arrived.
 //   admin --bootstrap B <op> ...
@@ -343,10 +345,13 @@ public final class KafkaTool {
             long expect = Long.parseLong(args.get("expect", "-1"));
             String group = args.get("group", null);
             if (group != null && expect < 0) throw new IllegalArgumentException("--group needs --expect");
+            // Spark's Kafka source: group.id set, but assign()+seek(), never subscribe().
+            String assignedGroup = args.get("group-id", null);
             List<Map<String, Object>> records = new ArrayList<>();
             Map<String, Object> body = new LinkedHashMap<>();
             boolean done;
-            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config(args, group))) {
+            try (KafkaConsumer<byte[], byte[]> consumer =
+                    new KafkaConsumer<>(config(args, group != null ? group : assignedGroup))) {
                 Map<TopicPartition, Long> ends = group == null ? assign(consumer, topic, args) : null;
                 if (group != null) consumer.subscribe(List.of(topic));
                 long deadline = System.currentTimeMillis() + timeoutMs;
