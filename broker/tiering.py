@@ -100,6 +100,11 @@ def build_tiering(config: BrokerConfig, replicas: ReplicaManager,
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
     replicas.remote = manager
+
+    async def removed(tip: Any) -> None:
+        await replicas.store.remote_delete_done(tip.topic_id, tip.topic, tip.partition)
+
+    manager.on_partition_removed = removed
     log.info("tiered storage on", storage_manager=rsm_class,
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))

@@ -78,6 +78,8 @@ class LocalMetadataStore:
         self.node_id = node_id
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        # Partitions of deleted tiered topics whose remote data is not yet gone.
+        self.pending_remote_deletes: list[tuple[uuid.UUID, str, int]] = []
         os.makedirs(log_dir, exist_ok=True)
         self.cluster_id = self._load_meta(cluster_id)
         self._load_topics()
@@ -136,9 +138,15 @@ class LocalMetadataStore:
             topic = TopicInfo.from_json(name, info)
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
+        self.pending_remote_deletes = [
+            (topic_id_from_str(d["id"]), d["topic"], int(d["partition"]))
+            for d in data.get("pending_remote_deletes", [])]
 
     async def _save(self) -> None:
-        text = json.dumps({"version": 1, "topics": {n: t.to_json() for n, t in self.topics.items()}},
+        text = json.dumps({"version": 1, "topics": {n: t.to_json() for n, t in self.topics.items()},
+                           "pending_remote_deletes": [
+                               {"id": topic_id_to_str(i), "topic": t, "partition": p}
+                               for i, t, p in self.pending_remote_deletes]},
                           indent=1, sort_keys=True)
         path = os.path.join(self.log_dir, TOPICS_FILE)
         await trio.to_thread.run_sync(checkpoint.atomic_write, path, text, True)
@@ -167,11 +175,23 @@ class LocalMetadataStore:
         await self._save()
         return topic
 
-    async def delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topic(self, name: str, remote_partitions: bool = False) -> TopicInfo:
+        """Forget a topic. With ``remote_partitions`` its partitions are recorded as
+        owing a remote-tier cleanup, which survives restarts until
+        ``remote_delete_done`` is called for each."""
         topic = self.topics.pop(name)
         self.by_id.pop(topic.topic_id, None)
+        if remote_partitions:
+            self.pending_remote_deletes += [(topic.topic_id, name, i)
+                                            for i in range(topic.partitions)]
         await self._save()
         return topic
+
+    async def remote_delete_done(self, topic_id: uuid.UUID, topic: str, partition: int) -> None:
+        entry = (topic_id, topic, partition)
+        if entry in self.pending_remote_deletes:
+            self.pending_remote_deletes.remove(entry)
+            await self._save()
 
     async def set_partitions(self, name: str, count: int) -> None:
         self.topics[name].partitions = count

@@ -102,9 +102,13 @@ class ReplicaManager:
         self.remote.start_partition(tip, part.log, lambda: part.last_stable_offset)
 
     def start_tiering_all(self) -> None:
-        """After the remote metadata is loaded: start every tiered partition."""
+        """After the remote metadata is loaded: start every tiered partition and
+        resume remote cleanups of topics deleted before a restart."""
         for part in self.partitions.values():
             self._start_tiering(part)
+        if self.remote is not None:
+            for topic_id, topic, index in self.store.pending_remote_deletes:
+                self.remote.delete_partition(TopicIdPartition(topic_id, topic, index))
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -128,8 +132,8 @@ class ReplicaManager:
         return info
 
     async def delete_topic(self, name: str) -> None:
-        info = await self.store.delete_topic(name)
-        tiered = self.topic_configs[name].get("remote.storage.enable")
+        tiered = bool(self.topic_configs[name].get("remote.storage.enable"))
+        info = await self.store.delete_topic(name, remote_partitions=tiered)
         for i in range(info.partitions):
             self.partitions.pop((name, i), None)
             self.waiters.notify((name, i))

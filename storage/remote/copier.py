@@ -89,6 +89,11 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
                           seg.txn_index.existing_path, lg.producer_snapshot_for(seg),
                           checkpoint.format_epochs(entries).encode())
     topic = p.tip.topic
+    while (wait := svc.copy_quota.throttle_seconds()) > 0:
+        # KIP-956: over remote.log.manager.copy.max.bytes.per.second; wait.
+        await trio.sleep(wait)
+        if p.cancelled:
+            return
     await svc.rlmm.add_remote_log_segment_metadata(md)
     p.copying.add(md.remote_log_segment_id.id)
     svc.metrics.copy_requests.labels(topic).inc()
@@ -112,6 +117,7 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
         RemoteLogSegmentState.COPY_SEGMENT_FINISHED, svc.node_id))
     lg.highest_tiered_offset = max(lg.highest_tiered_offset, seg.last_offset)
     svc.metrics.copy_bytes.labels(topic).inc(seg.size)
+    svc.copy_quota.record(seg.size)
     log.info("segment copied to remote storage", segment=str(md.remote_log_segment_id),
              start_offset=md.start_offset, end_offset=md.end_offset, bytes=seg.size,
              seconds=round(time.monotonic() - started, 3))

@@ -27,7 +27,7 @@ only up to remote.fetch.max.wait.ms.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from storage.remote.metadata_cache import (
 )
 from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
+from storage.remote.quota import RateQuota
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -81,6 +82,9 @@ class RemoteLogManager:
         self._wakeup = trio.Event()
         self._removals: list[TopicIdPartition] = []
         self._disabled: list[TopicIdPartition] = []
+        # Called once a deleted partition's remote data is gone (the broker
+        # clears its restart-safe record of the pending cleanup).
+        self.on_partition_removed: Callable[[TopicIdPartition], Awaitable[None]] | None = None
 
     # -- partitions ----------------------------------------------------------------
 
@@ -139,6 +143,7 @@ class RemoteLogManager:
         DELETE_PARTITION_FINISHED. Failures are retried with backoff.
         """
         self.stop_partition((tip.topic, tip.partition))
+        self.svc.rlmm.on_partition_leadership_changes([tip], [])
         self._removals.append(tip)
         self.wake()
 
@@ -163,13 +168,21 @@ class RemoteLogManager:
 
     async def _remove_partition(self, tip: TopicIdPartition) -> None:
         rlmm = self.svc.rlmm
-        await rlmm.put_remote_partition_delete_metadata(
-            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED))
-        await rlmm.put_remote_partition_delete_metadata(
-            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED))
-        deleted = await self._delete_all_segments(tip)
-        await rlmm.put_remote_partition_delete_metadata(
-            self._partition_delete_event(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED))
+        await rlmm.ensure_ready(tip)
+        state = rlmm.partition_delete_state(tip)
+        if state is None:
+            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED))
+            state = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+        deleted = 0
+        if state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED))
+            deleted = await self._delete_all_segments(tip)
+            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED))
+        if self.on_partition_removed is not None:
+            await self.on_partition_removed(tip)
         log.info("remote partition deleted", partition=str(tip), segments=deleted)
 
     def _partition_delete_event(self, tip: TopicIdPartition,
@@ -270,6 +283,10 @@ class RemoteLogManager:
         await self._ready_or_storage_error(p)
         key = (tp, offset, max_bytes)
         entry = self._reads.get(key)
+        if entry is None and self.svc.fetch_quota.exceeded():
+            # KIP-956: over the remote fetch quota, no new remote reads; the
+            # partition is answered empty and the client fetches again.
+            return None
         if entry is not None and entry.done.is_set() and entry.error is not None:
             # A failure answers only the fetches that were waiting for it; a
             # new fetch tries the store again (it may have recovered).
@@ -307,6 +324,7 @@ class RemoteLogManager:
                 _busy, svc.reader_busy, reader.read_blocking, svc.rsm, svc.index_cache, md,
                 offset, max_bytes, min_one_batch, limiter=svc.reader_limiter)
             svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
+            svc.fetch_quota.record(len(entry.result))
         except reader.CorruptRemoteDataError as exc:
             entry.error = self._read_failed(p, md, exc, ErrorCode.CORRUPT_MESSAGE)
         except RemoteStorageError as exc:
@@ -427,4 +445,12 @@ def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any
         expiration_limiter=trio.CapacityLimiter(expirers),
         reader_limiter=trio.CapacityLimiter(readers),
         reader_busy=BusyTracker(readers), tasks_busy=BusyTracker(copiers + expirers),
-        reader_max_pending=config["remote.log.reader.max.pending.tasks"])
+        reader_max_pending=config["remote.log.reader.max.pending.tasks"],
+        copy_quota=RateQuota(config["remote.log.manager.copy.max.bytes.per.second"],
+                             config["remote.log.manager.copy.quota.window.num"],
+                             config["remote.log.manager.copy.quota.window.size.seconds"],
+                             trio.current_time),
+        fetch_quota=RateQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
+                              config["remote.log.manager.fetch.quota.window.num"],
+                              config["remote.log.manager.fetch.quota.window.size.seconds"],
+                              trio.current_time))

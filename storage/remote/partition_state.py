@@ -13,6 +13,7 @@ from storage.log.log import Log
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.metrics import BusyTracker, RemoteMetrics
+from storage.remote.quota import RateQuota
 from storage.remote.rsm import RemoteStorageManager
 from storage.remote.types import TopicIdPartition
 
@@ -63,3 +64,5 @@ class RemoteServices:
     reader_busy: BusyTracker
     tasks_busy: BusyTracker
     reader_max_pending: int
+    copy_quota: RateQuota
+    fetch_quota: RateQuota
