@@ -69,9 +69,11 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
     while True:
         results, total, any_error, remote = _read_all(ctx, wanted, req.max_bytes, committed,
                                                       consumer)
+        remote_aborted: dict[int, list[Any]] = {}
         if remote:
             got, remote_error = await _read_remote(ctx, wanted, results, remote,
-                                                   req.max_bytes, total)
+                                                   req.max_bytes, total,
+                                                   remote_aborted if committed else None)
             total += got
             any_error = any_error or remote_error
         if total >= req.min_bytes or any_error or remote or trio.current_time() >= deadline:
@@ -84,7 +86,7 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
                 await event.wait()
         finally:
             ctx.replicas.waiters.unwatch(tps, event)
-    return _build(ctx, resp, v, wanted, results, committed)
+    return _build(ctx, resp, v, wanted, results, committed, remote_aborted)
 
 
 def _resolve(ctx: BrokerContext, req: Any, v: int) -> list[_Wanted]:
@@ -134,8 +136,11 @@ def _read_all(ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int, committ
 
 async def _read_remote(ctx: BrokerContext, wanted: list[_Wanted],
                        results: list[tuple[ErrorCode, bytes]], remote: list[int],
-                       max_bytes: int, total: int) -> tuple[int, bool]:
-    """Read every remote partition concurrently; fills ``results`` in place.
+                       max_bytes: int, total: int,
+                       aborted: dict[int, list[Any]] | None) -> tuple[int, bool]:
+    """Read every remote partition concurrently; fills ``results`` in place,
+    and for read_committed (``aborted`` not None) the partitions' aborted
+    transactions from the remote transaction indexes.
 
     Returns:
         (bytes read, whether any partition got an error).
@@ -155,6 +160,9 @@ async def _read_remote(ctx: BrokerContext, wanted: list[_Wanted],
         w = wanted[i]
         try:
             data = await rlm.read((w.topic, w.partition), w.offset, share, min_one, deadline)
+            if aborted is not None and data:
+                last = max(h.last_offset for h in records.iter_headers(data))
+                aborted[i] = await rlm.collect_aborted((w.topic, w.partition), w.offset, last + 1)
             results[i] = (ErrorCode.NONE, data or b"")
         except KafkaApiError as exc:
             results[i] = (exc.code, b"")
@@ -167,11 +175,12 @@ async def _read_remote(ctx: BrokerContext, wanted: list[_Wanted],
 
 
 def _build(ctx: BrokerContext, resp: Any, v: int, wanted: list[_Wanted],
-           results: list[tuple[ErrorCode, bytes]], committed: bool) -> Any:
+           results: list[tuple[ErrorCode, bytes]], committed: bool,
+           remote_aborted: dict[int, list[Any]]) -> Any:
     topic_cls = resp.FetchableTopicResponse
     part_cls = topic_cls.PartitionData
     by_topic: dict[tuple[str, uuid.UUID | None], list[Any]] = {}
-    for w, (code, data) in zip(wanted, results, strict=True):
+    for i, (w, (code, data)) in enumerate(zip(wanted, results, strict=True)):
         part = ctx.replicas.partitions.get((w.topic, w.partition))
         hw = part.high_watermark if part else -1
         lso = part.last_stable_offset if part else -1
@@ -183,7 +192,9 @@ def _build(ctx: BrokerContext, resp: Any, v: int, wanted: list[_Wanted],
         by_topic.setdefault((w.topic, w.topic_id), []).append(part_cls(
             partition_index=w.partition, error_code=code, high_watermark=hw,
             last_stable_offset=lso, log_start_offset=start,
-            aborted_transactions=_aborted(part_cls, part, w.offset, data) if committed else None,
+            aborted_transactions=(
+                _aborted(part_cls, part, w.offset, data, remote_aborted.get(i))
+                if committed else None),
             preferred_read_replica=-1,
             records=data))
     topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
@@ -191,8 +202,13 @@ def _build(ctx: BrokerContext, resp: Any, v: int, wanted: list[_Wanted],
     return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
 
-def _aborted(part_cls: Any, part: Partition | None, offset: int, data: bytes) -> list[Any]:
-    """Aborted transactions overlapping the batches in ``data`` (read_committed)."""
+def _aborted(part_cls: Any, part: Partition | None, offset: int, data: bytes,
+             remote: list[Any] | None) -> list[Any]:
+    """Aborted transactions overlapping the batches in ``data`` (read_committed);
+    ``remote`` when the data came from the remote tier (already collected)."""
+    if remote is not None:
+        return [part_cls.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                for t in remote]
     last = -1
     for header in records.iter_headers(data):
         last = header.last_offset

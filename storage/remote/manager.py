@@ -27,6 +27,8 @@ only up to remote.fetch.max.wait.ms.
 from __future__ import annotations
 
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.log import Log
+from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, decode_entries
 from storage.remote import reader
 from storage.remote.backoff import Backoff
 from storage.remote.copier import copy_candidates, copy_segments, delete_remote_segment
@@ -49,8 +52,10 @@ from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
 from storage.remote.types import (
+    IndexType,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     TopicIdPartition,
 )
@@ -58,6 +63,10 @@ from storage.remote.types import (
 log = structlog.get_logger(__name__)
 
 TopicPartition = tuple[str, int]
+
+# Remote segments whose parsed transaction index is kept in memory (entries
+# are 34 bytes and rare; this bounds a pathological topic).
+_TXN_INDEX_CACHE_SEGMENTS = 1024
 
 # How long a finished remote read is kept for the client's retry after
 # remote.fetch.max.wait.ms expired on the first attempt.
@@ -81,6 +90,7 @@ class RemoteLogManager:
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
         self._removals: list[TopicIdPartition] = []
+        self._txn_entries: OrderedDict[uuid.UUID, list[AbortedTxn]] = OrderedDict()
         self._disabled: list[TopicIdPartition] = []
         # Called once a deleted partition's remote data is gone (the broker
         # clears its restart-safe record of the pending cleanup).
@@ -356,6 +366,56 @@ class RemoteLogManager:
         except Exception as exc:
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
                                 f"remote metadata not ready: {exc}") from None
+
+    async def collect_aborted(self, tp: TopicPartition, start: int,
+                              upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper) for a read_committed
+        fetch served from the remote tier (Kafka's collectAbortedTransactions).
+
+        Remote segments' transaction indexes are searched from the one holding
+        ``start`` until an entry's last stable offset shows nothing later can
+        start below ``upper``; then the local segments.
+
+        Raises:
+            KafkaApiError: KAFKA_STORAGE_ERROR if an index cannot be read (the
+                records must not be served without their abort list).
+        """
+        p = self.partitions.get(tp)
+        if p is None:
+            return []
+        await self._ready_or_storage_error(p)
+        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                           and m.end_offset >= start), key=lambda m: m.start_offset)
+        out: list[AbortedTxn] = []
+        for md in finished:
+            for txn in await self._aborted_entries(md):
+                if txn.last_offset >= start and txn.first_offset < upper:
+                    out.append(txn)
+                if txn.last_stable_offset >= upper:
+                    return out
+        return out + p.log.collect_aborted(max(start, p.log.local_log_start_offset), upper)
+
+    async def _aborted_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        key = md.remote_log_segment_id.id
+        cached = self._txn_entries.get(key)
+        if cached is not None:
+            self._txn_entries.move_to_end(key)
+            return cached
+        try:
+            data = await trio.to_thread.run_sync(self.svc.rsm.fetch_index, md,
+                                                 IndexType.TRANSACTION,
+                                                 limiter=self.svc.reader_limiter)
+            entries = decode_entries(data)
+        except RemoteResourceNotFoundError:
+            entries = []  # the segment had no aborted transactions
+        except (RemoteStorageError, CorruptTxnIndex) as exc:
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                f"transaction index of {md.remote_log_segment_id}: {exc}") from None
+        self._txn_entries[key] = entries
+        while len(self._txn_entries) > _TXN_INDEX_CACHE_SEGMENTS:
+            self._txn_entries.popitem(last=False)
+        return entries
 
     def remote_max_timestamp(self, tp: TopicPartition) -> int | None:
         """Largest record timestamp in the partition's readable remote segments."""

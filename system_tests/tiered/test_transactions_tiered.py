@@ -1,0 +1,69 @@
+"""read_committed over tiered data: aborted transactions come from the remote
+tier's transaction indexes, so a consumer never sees aborted records there."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from system_tests.tiered_helpers import (
+    EARLIEST_LOCAL,
+    RemoteTier,
+    create_tiered_topic,
+    eventually,
+    offset_for,
+    raw,
+    start_tiered,
+)
+
+TXNS = 6
+PER_TXN = 3
+
+
+def _consume_all(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"c-{isolation}-{topic}",
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while len(got) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                assert msg.error() is None, msg.error()
+                got.append(msg.value())
+        got += [m.value() for m in consumer.consume(100, 1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    return got
+
+
+def test_read_committed_skips_aborted_transactions_in_remote_segments(
+        request: pytest.FixtureRequest, tmp_path: Path, tier: RemoteTier, topic: str) -> None:
+    broker = start_tiered(request, tmp_path / "broker", tier)
+    create_tiered_topic(broker, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic}",
+                         "linger.ms": 0})
+    producer.init_transactions(30)
+    committed, everything = [], []
+    for t in range(TXNS + 1):
+        producer.begin_transaction()
+        values = [b"t%d-%d" % (t, i) for i in range(PER_TXN)]
+        for v in values:
+            producer.produce(topic, v, partition=0)
+            producer.flush(10)  # one batch per record: one segment each
+        everything += values
+        if t % 2 == 0:  # the last one (t == TXNS) commits, so its marker ends the log
+            producer.commit_transaction(30)
+            committed += values
+        else:
+            producer.abort_transaction(30)
+    with raw(broker) as client:
+        # Wait until every aborted transaction (and its marker) left local disk.
+        last_abort_marker = (TXNS - 1) * (PER_TXN + 1) + PER_TXN
+        eventually(lambda: offset_for(client, topic, EARLIEST_LOCAL) > last_abort_marker,
+                   lambda: f"local start {offset_for(client, topic, EARLIEST_LOCAL)}")
+    assert _consume_all(broker.bootstrap, topic, "read_committed", len(committed)) == committed
+    assert _consume_all(broker.bootstrap, topic, "read_uncommitted", len(everything)) == everything
