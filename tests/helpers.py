@@ -62,3 +62,32 @@ def decode_all(data: bytes) -> list[records.Record]:
         consumed = header.position + header.size
     assert consumed == len(data), "read returned a partial batch"
     return out
+
+
+class LogEnv:
+    """Opens one partition's log in one directory with one fake clock; the
+    fixtures using it close every opened log at the end."""
+
+    def __init__(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        self.dir = str(tmp_path / "topic-0")
+        self.clock = FakeClock()
+        self.opened: list = []
+        self.config: dict = {}
+
+    def open(self, **kw):  # type: ignore[no-untyped-def]
+        """Open the log; ``config`` overrides stick for later reopens."""
+        from storage.log.log import Log
+
+        self.config.update(kw.pop("config", {}))
+        lg = Log.open(self.dir, "topic", 0, log_config(**self.config), self.clock, **kw)
+        self.opened.append(lg)
+        return lg
+
+    def reopen(self, lg, **kw):  # type: ignore[no-untyped-def]
+        lg.close()
+        return self.open(**kw)
+
+    def files(self, suffix: str) -> list[str]:
+        import os
+
+        return sorted(n for n in os.listdir(self.dir) if n.endswith(suffix))

@@ -11,38 +11,14 @@ from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import FILE_NAME as EPOCH_FILE
 from storage.log.log import Log
-from tests.helpers import FakeClock, batch, decode_all, log_config
+from tests.helpers import LogEnv, batch, decode_all, log_config
 
 HUGE = 1 << 30
 
 
-class Env:
-    """Opens logs in one directory with one fake clock; closes them at the end."""
-
-    def __init__(self, tmp_path) -> None:
-        self.dir = str(tmp_path / "topic-0")
-        self.clock = FakeClock()
-        self.opened: list[Log] = []
-        self.config: dict = {}
-
-    def open(self, **kw) -> Log:
-        """Open the log; ``config`` overrides stick for later reopens."""
-        self.config.update(kw.pop("config", {}))
-        lg = Log.open(self.dir, "topic", 0, log_config(**self.config), self.clock, **kw)
-        self.opened.append(lg)
-        return lg
-
-    def reopen(self, lg: Log, **kw) -> Log:
-        lg.close()
-        return self.open(**kw)
-
-    def files(self, suffix: str) -> list[str]:
-        return sorted(n for n in os.listdir(self.dir) if n.endswith(suffix))
-
-
 @pytest.fixture
 def env(tmp_path):
-    e = Env(tmp_path)
+    e = LogEnv(tmp_path)
     yield e
     for lg in e.opened:
         lg.close()

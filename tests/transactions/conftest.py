@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from protocol import control, records
 from storage.log.log import AppendResult, Log
 from storage.log.producer_state import AppendOrigin
-from tests.helpers import FakeClock, log_config
-
-
-class LogEnv:
-    """Opens one partition's log with a fake clock; closes every log at the end."""
-
-    def __init__(self, tmp_path) -> None:
-        self.dir = str(tmp_path / "topic-0")
-        self.clock = FakeClock()
-        self.opened: list[Log] = []
-        self.config: dict = {}
-
-    def open(self, **kw) -> Log:
-        self.config.update(kw.pop("config", {}))
-        lg = Log.open(self.dir, "topic", 0, log_config(**self.config), self.clock, **kw)
-        self.opened.append(lg)
-        return lg
-
-    def reopen(self, lg: Log, **kw) -> Log:
-        lg.close()
-        return self.open(**kw)
-
-    def files(self, suffix: str) -> list[str]:
-        return sorted(n for n in os.listdir(self.dir) if n.endswith(suffix))
+from tests.helpers import LogEnv
 
 
 @pytest.fixture
