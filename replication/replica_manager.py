@@ -9,11 +9,14 @@ partition (the delayed-fetch purgatory) as soon as data lands.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import structlog
 import trio
 
 from config import BrokerConfig, TopicConfigs
 from config.topic import LogConfig
+from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.metadata import LocalMetadataStore, TopicInfo
 from replication.partition import Partition
@@ -24,6 +27,9 @@ from storage.remote.manager import RemoteLogManager
 from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
+
+# How much of a partition one replay read asks for (internal topics on start).
+_REPLAY_READ_BYTES = 1024 * 1024
 
 
 class AppendWaiters:
@@ -206,6 +212,30 @@ class ReplicaManager:
                 self._flushing.discard(tp)
 
         self._nursery.start_soon(flush)
+
+    def replay_batches(self, tp: TopicPartition
+                       ) -> Iterator[tuple[records.BatchHeader, bytes]]:
+        """Every batch of a partition from its log start to its high watermark, for
+        coordinators replaying their internal topics on start.
+
+        Yields (header, buffer); the header's ``position`` is within the buffer.
+        Stops (with a warning) if the log cannot be read further.
+        """
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        offset = part.log.log_start_offset
+        while offset < part.high_watermark:
+            _, result = self.read(tp, offset, _REPLAY_READ_BYTES, committed_only=False,
+                                  min_one_batch=True)
+            start = offset
+            for header in records.iter_headers(result.data):
+                offset = header.last_offset + 1
+                yield header, result.data
+            if offset == start:
+                log.warning("replay stopped early", topic=tp[0], partition=tp[1],
+                            offset=offset, high_watermark=part.high_watermark)
+                return
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool) -> tuple[Partition, ReadResult]:

@@ -33,8 +33,6 @@ from replication.replica_manager import ReplicaManager
 log = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# How much of a partition one replay read asks for.
-REPLAY_READ_BYTES = 1024 * 1024
 
 # Append errors -> what Kafka's group coordinator answers (GroupMetadataManager).
 _APPEND_ERRORS = {
@@ -165,31 +163,18 @@ class OffsetsStore:
         return groups
 
     def _records(self, tp: tuple[str, int]) -> Iterator[Record]:
-        part = self.replicas.partitions.get(tp)
-        if part is None:
-            return
-        offset = part.log.log_start_offset
-        while offset < part.high_watermark:
-            _, result = self.replicas.read(tp, offset, REPLAY_READ_BYTES, committed_only=False,
-                                           min_one_batch=True)
-            start = offset
-            for header in batches.iter_headers(result.data):
-                offset = header.last_offset + 1
-                if header.is_control or header.is_transactional:
-                    continue  # transactional offsets: replayed by broker.transactions
-                try:
-                    decoded = batches.decode_records(result.data, header)
-                except KafkaApiError as exc:
-                    log.warning("skipping undecodable offsets batch", partition=tp[1],
-                                offset=header.base_offset, error=str(exc))
-                    continue
-                for r in decoded:
-                    if r.key is not None:
-                        yield r.key, r.value
-            if offset == start:
-                log.warning("offsets partition replay stopped early", partition=tp[1],
-                            offset=offset, high_watermark=part.high_watermark)
-                return
+        for header, data in self.replicas.replay_batches(tp):
+            if header.is_control or header.is_transactional:
+                continue  # transactional offsets: replayed by broker.transactions
+            try:
+                decoded = batches.decode_records(data, header)
+            except KafkaApiError as exc:
+                log.warning("skipping undecodable offsets batch", partition=tp[1],
+                            offset=header.base_offset, error=str(exc))
+                continue
+            for r in decoded:
+                if r.key is not None:
+                    yield r.key, r.value
 
 
 def _apply(groups: dict[str, LoadedGroup], key: rec.OffsetCommitKey | rec.GroupMetadataKey,

@@ -17,7 +17,7 @@ is logged and skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import structlog
 
@@ -32,8 +32,6 @@ from replication.replica_manager import ReplicaManager
 log = structlog.get_logger(__name__)
 
 TRANSACTION_TOPIC = "__transaction_state"
-# How much of a partition one replay read asks for.
-REPLAY_READ_BYTES = 1024 * 1024
 
 # Append errors -> what Kafka's TransactionStateManager answers the client.
 _APPEND_ERRORS = {
@@ -46,29 +44,6 @@ _APPEND_ERRORS = {
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
-
-
-def iter_log_batches(replicas: ReplicaManager, tp: tuple[str, int]
-                     ) -> Iterator[tuple[batches.BatchHeader, bytes]]:
-    """Every batch of a partition from its log start to its high watermark.
-
-    Yields (header, buffer); the header's ``position`` is within the buffer.
-    """
-    part = replicas.partitions.get(tp)
-    if part is None:
-        return
-    offset = part.log.log_start_offset
-    while offset < part.high_watermark:
-        _, result = replicas.read(tp, offset, REPLAY_READ_BYTES, committed_only=False,
-                                  min_one_batch=True)
-        start = offset
-        for header in batches.iter_headers(result.data):
-            offset = header.last_offset + 1
-            yield header, result.data
-        if offset == start:
-            log.warning("replay stopped early", topic=tp[0], partition=tp[1], offset=offset,
-                        high_watermark=part.high_watermark)
-            return
 
 
 class TxnLogStore:
@@ -132,7 +107,7 @@ class TxnLogStore:
         txns: dict[str, TxnMetadata] = {}
         count = 0
         for index in range(self.partitions):
-            for header, data in iter_log_batches(self.replicas, (TRANSACTION_TOPIC, index)):
+            for header, data in self.replicas.replay_batches((TRANSACTION_TOPIC, index)):
                 if header.is_control:
                     continue
                 try:

@@ -30,7 +30,6 @@ from broker.coordinator import records as grec
 from broker.coordinator.group import GroupState, TopicPartition
 from broker.coordinator.offsets import PartitionCommit
 from broker.coordinator.offsets_store import OFFSETS_TOPIC, offset_record
-from broker.transactions.log_store import iter_log_batches
 from protocol import control
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
@@ -148,7 +147,7 @@ class TxnOffsets:
         # (group, partition) -> (log position, value) of the latest write
         latest: dict[tuple[str, TopicPartition], tuple[int, grec.OffsetCommitValue | None]] = {}
         txn_keys: set[tuple[str, TopicPartition]] = set()
-        for header, data in iter_log_batches(self.replicas, tp):
+        for header, data in self.replicas.replay_batches(tp):
             if header.is_control:
                 self._replay_marker(header, data, pending, latest, txn_keys)
                 continue
