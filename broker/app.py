@@ -1,7 +1,8 @@
 """Assembles the broker from its parts and runs it until a signal arrives.
 
-Startup order: metadata store (cluster id, topics) -> logs (recovery) ->
-metrics endpoint -> group coordinator (replays __consumer_offsets) ->
+Startup order: metadata store (cluster id, topics) -> logs (recovery) and
+leadership of every partition -> metrics endpoint -> tiering (replays
+__remote_log_metadata) -> group coordinator (replays __consumer_offsets) ->
 transaction coordinator (replays __transaction_state) -> TCP listener.
 Shutdown on SIGTERM/SIGINT: stop accepting, cancel connections, flush and
 checkpoint every log, write the clean-shutdown marker.
@@ -22,9 +23,7 @@ from broker.server import serve
 from broker.tiering import build_tiering
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
-from replication.metadata import LocalMetadataStore
-from replication.replica_manager import ReplicaManager
-from storage.log.manager import LogManager
+from replication.local_admin import SingleNode, open_single_node
 
 log = structlog.get_logger(__name__)
 
@@ -33,24 +32,25 @@ class ListenError(Exception):
     """The listener address cannot be bound (in use, not local, no permission)."""
 
 
-def build(config: BrokerConfig) -> BrokerContext:
+def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
     """Open the metadata store and every log (recovery happens here)."""
-    store = LocalMetadataStore(config.log_dir, config["node.id"], config["cluster.id"])
-    logs = LogManager(config)
-    replicas = ReplicaManager(config, store, logs)
-    replicas.load()
+    node = open_single_node(config)
+    replicas = node.replicas
     metrics = BrokerMetrics()
     metrics.add_log_sizes(lambda: [(t, p, part.log.size)
                                    for (t, p), part in list(replicas.partitions.items())])
-    host, port = config.advertised
-    groups = GroupCoordinator(config, replicas)
-    return BrokerContext(config, store, replicas, metrics, config["node.id"], host, port,
-                         groups, TransactionCoordinator(config, replicas, groups))
+    groups = GroupCoordinator(config, node.internal.offsets)
+    transactions = TransactionCoordinator(config, node.internal.transactions, groups,
+                                          replicas.append_local, node.admin.allocate_producer_id)
+    ctx = BrokerContext(config, node.metadata, replicas, node.admin, metrics, config["node.id"],
+                        groups, transactions)
+    return ctx, node
 
 
 async def run(config: BrokerConfig) -> None:
-    ctx = build(config)
-    tiering = build_tiering(config, ctx.replicas, ctx.metrics.registry)
+    ctx, node = build(config)
+    tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
+                            ctx.metrics.registry)
     metrics_port = config["tierd.metrics.port"]
     metrics_url = "off"
     if metrics_port >= 0:
@@ -71,8 +71,9 @@ async def run(config: BrokerConfig) -> None:
             except OSError as exc:
                 raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
             bound_port = listeners[0].socket.getsockname()[1]
-            if ctx.port == 0:
-                ctx.port = bound_port
+            adv_host, adv_port = config.advertised
+            if adv_port == 0:
+                node.admin.set_endpoint(adv_host, bound_port)
             log.info("tierd listening", host=host, port=bound_port, node_id=ctx.node_id,
                      cluster_id=ctx.cluster_id, log_dir=config.log_dir, metrics=metrics_url)
             print(f"tierd listening on {host}:{bound_port} (metrics: {metrics_url})",

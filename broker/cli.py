@@ -66,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     fmt = "json" if args.log_json else config["tierd.log.format"]
     configure_logging(fmt, config["tierd.log.level"])
     from broker.app import ListenError, run
+    from replication.metadata import MetaPropertiesError
 
     try:
         trio.run(run, config)
-    except ListenError as exc:
+    except (ListenError, MetaPropertiesError) as exc:
         print(f"tierd: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:

@@ -9,25 +9,28 @@ from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
-from replication.metadata import LocalMetadataStore
+from replication.metadata_cache import MetadataCache
 from replication.replica_manager import ReplicaManager
+from replication.topic_admin import TopicAdmin
 
 
 @dataclass(slots=True)
 class BrokerContext:
+    """What handlers may use: the read-only metadata cache, the ReplicaManager's
+    append/fetch entry points, the topic writer, the coordinators, metrics."""
+
     config: BrokerConfig
-    store: LocalMetadataStore
+    metadata: MetadataCache
     replicas: ReplicaManager
+    admin: TopicAdmin
     metrics: BrokerMetrics
     node_id: int
-    host: str
-    port: int
     groups: GroupCoordinator | None = None
     transactions: TransactionCoordinator | None = None
 
     @property
     def cluster_id(self) -> str:
-        return self.store.cluster_id
+        return self.metadata.cluster_id
 
 
 # The peer of the connection whose request is being handled, as Kafka prints

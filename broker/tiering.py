@@ -20,6 +20,9 @@ import trio
 
 from config import BrokerConfig, ConfigError
 from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
+from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
+from replication.local_admin import LocalTopicAdmin
+from replication.metadata_cache import MetadataCache
 from replication.remote_metadata_log import ReplicaMetadataLog
 from replication.replica_manager import ReplicaManager
 from storage.log.manager import now_ms
@@ -35,6 +38,9 @@ log = structlog.get_logger(__name__)
 
 RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
 RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
+RLMM_REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
+# Kafka's default replication factor of __remote_log_metadata.
+DEFAULT_RLMM_REPLICATION_FACTOR = 3
 
 
 @dataclass(slots=True)
@@ -42,11 +48,13 @@ class Tiering:
     rlmm: Any
     manager: RemoteLogManager
     replicas: ReplicaManager
+    admin: LocalTopicAdmin
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._run_rlmm)
             self.replicas.start_tiering_all()
+            self.admin.resume_remote_deletes()
             nursery.start_soon(self.manager.run)
             task_status.started()
 
@@ -58,7 +66,8 @@ class Tiering:
         await self.rlmm.close()
 
 
-def _build_rlmm(config: BrokerConfig, replicas: ReplicaManager) -> Any:
+def _build_rlmm(config: BrokerConfig, admin: LocalTopicAdmin, metadata: MetadataCache,
+                replicas: ReplicaManager) -> Any:
     settings = plugin_configs(config.values, RLMM_PREFIX)
     class_name = config[RLMM_CLASS_KEY]
     if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
@@ -67,12 +76,17 @@ def _build_rlmm(config: BrokerConfig, replicas: ReplicaManager) -> Any:
         try:
             partitions = int(settings.get(NUM_PARTITIONS_CONFIG, DEFAULT_NUM_PARTITIONS))
             retention = int(settings.get(RLMM_RETENTION_CONFIG, -1))
+            rf = int(settings.get(RLMM_REPLICATION_FACTOR_CONFIG,
+                                  DEFAULT_RLMM_REPLICATION_FACTOR))
         except ValueError as exc:
             raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, settings, str(exc)) from None
         if partitions <= 0:
             raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, partitions, "must be positive")
-        return TopicBasedRemoteLogMetadataManager(ReplicaMetadataLog(replicas, retention),
-                                                  config.log_dir, num_partitions=partitions)
+        topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, partitions, rf,
+                              {"cleanup.policy": "delete", "retention.ms": str(retention)},
+                              admin, metadata, replicas)
+        return TopicBasedRemoteLogMetadataManager(ReplicaMetadataLog(topic), config.log_dir,
+                                                  num_partitions=partitions)
     module_name, _, attr = class_name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
@@ -81,8 +95,8 @@ def _build_rlmm(config: BrokerConfig, replicas: ReplicaManager) -> Any:
     return cls(settings)
 
 
-def build_tiering(config: BrokerConfig, replicas: ReplicaManager,
-                  registry: Any) -> Tiering | None:
+def build_tiering(config: BrokerConfig, admin: LocalTopicAdmin, metadata: MetadataCache,
+                  replicas: ReplicaManager, registry: Any) -> Tiering | None:
     """The tiering stack, or None when the broker has tiering off.
 
     Raises:
@@ -95,17 +109,14 @@ def build_tiering(config: BrokerConfig, replicas: ReplicaManager,
     if rsm_class == "filesystem" and "dir" not in rsm_settings:
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
     rsm = load_rsm(rsm_class, rsm_settings)
-    rlmm = _build_rlmm(config, replicas)
+    rlmm = _build_rlmm(config, admin, metadata, replicas)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms)
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
     replicas.remote = manager
 
-    async def removed(tip: Any) -> None:
-        await replicas.store.remote_delete_done(tip.topic_id, tip.topic, tip.partition)
-
-    manager.on_partition_removed = removed
+    manager.on_partition_removed = admin.remote_delete_done
     log.info("tiered storage on", storage_manager=rsm_class,
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
-    return Tiering(rlmm, manager, replicas)
+    return Tiering(rlmm, manager, replicas, admin)

@@ -114,6 +114,12 @@ _DEFS: list[ConfigDef] = [
               "Period of the check that aborts timed-out transactions.", at_least=1),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "Period of the check that removes expired transactional ids.", at_least=1),
+    ConfigDef("offsets.topic.replication.factor", T.SHORT, 3, "Replication factor of "
+              "__consumer_offsets (cluster mode).", at_least=1),
+    ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3, "Replication factor of "
+              "__transaction_state (cluster mode).", at_least=1),
+    ConfigDef("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of "
+              "__transaction_state (cluster mode).", at_least=1),
     ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
@@ -129,8 +135,7 @@ DEFS: dict[str, ConfigDef] = {d.name: d for d in [*_DEFS, *REMOTE_BROKER_DEFS]}
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "process.roles",
+    "process.roles",
     "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
     "listener.security.protocol.map", "zookeeper.connect", "zookeeper.connection.timeout.ms",
     "num.replica.fetchers",

@@ -31,6 +31,11 @@ MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+class MetaPropertiesError(Exception):
+    """The log directory belongs to another cluster or another node id
+    (Kafka's InconsistentClusterIdException / InconsistentBrokerIdException)."""
+
+
 def validate_topic_name(name: str | None) -> None:
     """Kafka's Topic.validate.
 
@@ -120,8 +125,14 @@ class LocalMetadataStore:
                              if "=" in line and not line.startswith("#"))
         stored = props.get("cluster.id")
         if stored and configured and stored != configured:
-            raise RuntimeError(f"log dir {self.log_dir} belongs to cluster {stored}, "
-                               f"not the configured {configured}")
+            raise MetaPropertiesError(f"log dir {self.log_dir} belongs to cluster {stored}, "
+                                      f"not the configured {configured}")
+        stored_node = props.get("node.id", props.get("broker.id"))
+        if stored_node is not None and stored_node.strip() != str(self.node_id):
+            raise MetaPropertiesError(
+                f"log dir {self.log_dir} belongs to node id {stored_node.strip()}, but this "
+                f"broker is configured as node.id={self.node_id}; fix node.id/broker.id or "
+                f"point log.dirs elsewhere")
         cluster_id = stored or configured or topic_id_to_str(uuid.uuid4())
         if not stored:
             checkpoint.atomic_write(path, f"version=1\ncluster.id={cluster_id}\n"

@@ -1,9 +1,11 @@
-"""State of one partition on this broker: its log, leader epoch and high watermark.
+"""State of one partition on this broker: its log, role, leader epoch and high watermark.
 
-On a single broker the replica set is {this node}, so every append is fully
-replicated at once: the high watermark equals the log end offset. The ISR
-bookkeeping lives here so replication can extend it without touching the
-handlers.
+The high watermark is the offset below which every in-sync replica has the
+data: a leader advances it to the smallest log end offset among the ISR
+(its own included), and never moves it back. With the replica set {this
+node} every append is fully replicated at once, so the high watermark
+follows the log end, exactly as Kafka behaves with replication factor 1.
+A follower learns the high watermark from the leader's fetch responses.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ class Partition:
     leader_epoch: int = 0
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
+    # The log end offset each follower last fetched from (leader only).
+    follower_end_offsets: dict[int, int] = field(default_factory=dict)
+    high_watermark: int = 0
 
     @property
-    def high_watermark(self) -> int:
-        return self.log.end_offset
+    def tp(self) -> tuple[str, int]:
+        return self.topic, self.index
 
     @property
     def last_stable_offset(self) -> int:
@@ -35,3 +40,21 @@ class Partition:
         first_unstable = self.log.first_unstable_offset
         hw = self.high_watermark
         return hw if first_unstable is None else min(first_unstable, hw)
+
+    def is_leader(self, node_id: int) -> bool:
+        return self.leader_id == node_id
+
+    def maybe_advance_high_watermark(self, node_id: int) -> bool:
+        """As leader: move the high watermark up to the ISR's smallest log end.
+
+        Returns:
+            Whether it moved.
+        """
+        end = self.log.end_offset
+        for replica in self.isr:
+            if replica != node_id:
+                end = min(end, self.follower_end_offsets.get(replica, 0))
+        if end > self.high_watermark:
+            self.high_watermark = end
+            return True
+        return False

@@ -1,25 +1,42 @@
-"""ReplicaManager: the partitions this broker hosts, append and read entry points.
+"""ReplicaManager: the partitions this broker hosts, their lifecycle, append and fetch.
 
-Handlers never touch logs directly: they append and read through here, so
-replication (ISR, acks=all purgatory) slots in without changing them.
+What it does, and nothing more:
+- partition lifecycle: ``become_leader`` opens (or adopts) a partition's log
+  and leads it in a given leader epoch; ``stop_replica`` stops hosting it
+  (deleting the log when asked); ``update_log_config`` applies a topic's new
+  configs to its logs;
+- the data path: ``append(tp, data, acks, timeout_ms)`` (acks=all parks in the
+  delayed-produce purgatory until the ISR has the record) and
+  ``fetch(params)`` (local and remote reads, the delayed-fetch wait), plus
+  the per-partition reads the other APIs need (ListOffsets lookups,
+  OffsetForLeaderEpoch, DeleteRecords, DescribeLogDirs).
 
-Concurrency: runs on the event loop. ``append`` wakes fetches waiting on the
-partition (the delayed-fetch purgatory) as soon as data lands.
+It does not know what topics exist (the metadata cache does), nor how they
+are created (the topic writer, ``replication.local_admin`` on one broker),
+nor what is in the internal topics (``replication.internal_topics``).
+
+Concurrency: runs on the event loop. An append wakes fetches waiting on the
+partition at once: followers on every append, consumers and acks=all
+producers when the high watermark advances.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import structlog
 import trio
 
-from config import BrokerConfig, TopicConfigs
+from config import BrokerConfig
 from config.topic import LogConfig
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.metadata import LocalMetadataStore, TopicInfo
+from replication import fetch as fetch_path
+from replication import list_offsets
+from replication.metadata_cache import PartitionState
 from replication.partition import Partition
+from replication.purgatory import Purgatory
 from storage.log.log import AppendResult, Log, ReadResult
 from storage.log.manager import LogManager, TopicPartition
 from storage.log.producer_state import AppendOrigin
@@ -28,93 +45,99 @@ from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
-# How much of a partition one replay read asks for (internal topics on start).
+# How much of a partition one replay read asks for (internal topics on load).
 _REPLAY_READ_BYTES = 1024 * 1024
+ACKS_ALL = -1
+VALID_ACKS = (ACKS_ALL, 0, 1)
 
 
-class AppendWaiters:
-    """Fetches parked until data arrives on one of their partitions."""
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition as DescribeLogDirs reports it."""
 
-    def __init__(self) -> None:
-        self._waiters: dict[TopicPartition, set[trio.Event]] = {}
-
-    def watch(self, tps: list[TopicPartition], event: trio.Event) -> None:
-        for tp in tps:
-            self._waiters.setdefault(tp, set()).add(event)
-
-    def unwatch(self, tps: list[TopicPartition], event: trio.Event) -> None:
-        for tp in tps:
-            waiting = self._waiters.get(tp)
-            if waiting is not None:
-                waiting.discard(event)
-                if not waiting:
-                    del self._waiters[tp]
-
-    def notify(self, tp: TopicPartition) -> None:
-        for event in self._waiters.pop(tp, ()):
-            event.set()
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, store: LocalMetadataStore,
-                 logs: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
         self.config = config
-        self.store = store
         self.logs = logs
         self.node_id: int = config["node.id"]
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.topic_configs: dict[str, TopicConfigs] = {}
-        self.waiters = AppendWaiters()
+        self.delayed_fetch_consumers = Purgatory()
+        self.delayed_fetch_followers = Purgatory()
+        self.delayed_produce = Purgatory()
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
-        # The RemoteLogManager when tiered storage is on (set by the app).
+        # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
         self.remote: RemoteLogManager | None = None
+        logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     # -- lifecycle --------------------------------------------------------------
 
-    def load(self) -> None:
-        """Open the logs of every known topic."""
-        for topic in self.store.topics.values():
-            self.topic_configs[topic.name] = TopicConfigs(self.config, topic.configs)
-        self.logs.load(self._log_config_for, self._topic_id_for)
-        for topic in self.store.topics.values():
-            self._ensure_partitions(topic)
-
-    def _log_config_for(self, topic: str) -> LogConfig | None:
-        tc = self.topic_configs.get(topic)
-        return tc.log_config() if tc is not None else None
-
-    def _topic_id_for(self, topic: str):
-        info = self.store.get(topic)
-        return info.topic_id if info else None
-
-    def _ensure_partitions(self, topic: TopicInfo) -> None:
-        cfg = self.topic_configs[topic.name].log_config()
-        for i in range(topic.partitions):
-            tp = (topic.name, i)
-            if tp in self.partitions:
-                continue
-            lg = self.logs.create(tp, topic.topic_id, cfg)
-            part = Partition(topic.name, i, topic.topic_id, lg, self.node_id,
-                             topic.leader_epoch, [self.node_id], [self.node_id])
+    def become_leader(self, tp: TopicPartition, topic_id: object, config: LogConfig,
+                      state: PartitionState) -> Partition:
+        """Lead ``tp`` in ``state.leader_epoch``, opening its log if needed."""
+        part = self.partitions.get(tp)
+        if part is None:
+            lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
+            part = Partition(tp[0], tp[1], topic_id, lg, self.node_id)  # type: ignore[arg-type]
+            part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
+                                      lg.end_offset)
             self.partitions[tp] = part
+        part.leader_id = self.node_id
+        part.leader_epoch = state.leader_epoch
+        part.replicas = list(state.replicas)
+        part.isr = list(state.isr)
+        part.follower_end_offsets = {}
+        if part.maybe_advance_high_watermark(self.node_id):
+            self._on_high_watermark(tp)
+        self._start_tiering(part)
+        return part
+
+    async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
+        """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
+        part = self.partitions.pop(tp, None)
+        if self.remote is not None:
+            self.remote.stop_partition(tp)
+        self.delayed_fetch_consumers.notify(tp)
+        self.delayed_fetch_followers.notify(tp)
+        self.delayed_produce.notify(tp)
+        if part is not None and delete:
+            await self.logs.delete(tp)
+
+    def update_log_config(self, tp: TopicPartition, config: LogConfig) -> None:
+        """Apply a topic's new configs to one partition's log (and its tiering)."""
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        was_tiered = part.log.config.remote_storage_enable
+        part.log.config = config
+        if self.remote is None:
+            return
+        if config.remote_storage_enable:
             self._start_tiering(part)
+            self.remote.wake()
+        elif was_tiered:
+            # KIP-950: turning tiering off requires remote.log.delete.on.disable.
+            self.remote.disable_partition(self._tip(part), part.log)
+
+    def _tip(self, part: Partition) -> TopicIdPartition:
+        return TopicIdPartition(part.topic_id, part.topic, part.index)
 
     def _start_tiering(self, part: Partition) -> None:
         """Hand a leader partition with tiering on to the RemoteLogManager."""
         if self.remote is None or not part.log.config.remote_storage_enable:
             return
-        tip = TopicIdPartition(part.topic_id, part.topic, part.index)
-        self.remote.start_partition(tip, part.log, lambda: part.last_stable_offset)
+        self.remote.start_partition(self._tip(part), part.log, lambda: part.last_stable_offset)
 
     def start_tiering_all(self) -> None:
-        """After the remote metadata is loaded: start every tiered partition and
-        resume remote cleanups of topics deleted before a restart."""
+        """After the remote metadata is loaded: start every tiered partition."""
         for part in self.partitions.values():
             self._start_tiering(part)
-        if self.remote is not None:
-            for topic_id, topic, index in self.store.pending_remote_deletes:
-                self.remote.delete_partition(TopicIdPartition(topic_id, topic, index))
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -124,56 +147,12 @@ class ReplicaManager:
             await trio.sleep_forever()
 
     async def shutdown(self) -> None:
+        self.delayed_fetch_consumers.notify_all()
+        self.delayed_fetch_followers.notify_all()
+        self.delayed_produce.notify_all()
         await self.logs.shutdown()
 
-    # -- topics -------------------------------------------------------------------
-
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str],
-                           internal: bool = False) -> TopicInfo:
-        topic_configs = TopicConfigs(self.config, configs)
-        info = await self.store.create_topic(name, partitions, configs, internal)
-        self.topic_configs[name] = topic_configs
-        self._ensure_partitions(info)
-        log.info("topic created", topic=name, partitions=partitions, configs=configs)
-        return info
-
-    async def delete_topic(self, name: str) -> None:
-        tiered = bool(self.topic_configs[name].get("remote.storage.enable"))
-        info = await self.store.delete_topic(name, remote_partitions=tiered)
-        for i in range(info.partitions):
-            self.partitions.pop((name, i), None)
-            self.waiters.notify((name, i))
-            await self.logs.delete((name, i))
-            if tiered and self.remote is not None:
-                self.remote.delete_partition(TopicIdPartition(info.topic_id, name, i))
-        self.topic_configs.pop(name, None)
-        log.info("topic deleted", topic=name)
-
-    async def add_partitions(self, name: str, count: int) -> None:
-        await self.store.set_partitions(name, count)
-        self._ensure_partitions(self.store.topics[name])
-
-    async def set_topic_configs(self, name: str, configs: TopicConfigs) -> None:
-        await self.store.set_configs(name, configs.overrides)
-        self.topic_configs[name] = configs
-        cfg = configs.log_config()
-        for i in range(self.store.topics[name].partitions):
-            part = self.partitions.get((name, i))
-            if part is None:
-                continue
-            was_tiered = part.log.config.remote_storage_enable
-            part.log.config = cfg
-            if self.remote is None:
-                continue
-            tip = TopicIdPartition(part.topic_id, part.topic, part.index)
-            if cfg.remote_storage_enable:
-                self._start_tiering(part)
-                self.remote.wake()
-            elif was_tiered:
-                # KIP-950: turning tiering off requires remote.log.delete.on.disable.
-                self.remote.disable_partition(tip, part.log)
-
-    # -- data path ----------------------------------------------------------------
+    # -- lookups ----------------------------------------------------------------
 
     def partition(self, tp: TopicPartition) -> Partition:
         """The partition, or KafkaApiError(UNKNOWN_TOPIC_OR_PARTITION)."""
@@ -182,23 +161,132 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]}")
         return part
 
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        part = self.partitions.get(tp)
+        return part.leader_epoch if part is not None else 0
+
     def high_watermark(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return part.high_watermark if part is not None else 0
 
-    def append(self, tp: TopicPartition, data: bytearray,
-               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
-        """Append a produced record set as leader (``origin``: see ``Log.append_as_leader``).
+    @staticmethod
+    def check_leader_epoch(part: Partition, current_leader_epoch: int) -> None:
+        """Kafka's fencing rule for requests that carry the client's view of the epoch.
 
         Raises:
-            KafkaApiError: unknown partition or invalid records.
+            KafkaApiError: FENCED_LEADER_EPOCH if the client is behind,
+                UNKNOWN_LEADER_EPOCH if it is ahead of this broker.
+        """
+        if current_leader_epoch < 0 or current_leader_epoch == part.leader_epoch:
+            return
+        if current_leader_epoch < part.leader_epoch:
+            raise KafkaApiError(ErrorCode.FENCED_LEADER_EPOCH,
+                                f"epoch {current_leader_epoch} < {part.leader_epoch}")
+        raise KafkaApiError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                            f"epoch {current_leader_epoch} > {part.leader_epoch}")
+
+    # -- append -----------------------------------------------------------------
+
+    def append_local(self, tp: TopicPartition, data: bytearray,
+                     origin: AppendOrigin = AppendOrigin.CLIENT,
+                     required_acks: int = 1) -> AppendResult:
+        """Append a record set to the leader's log now (``origin``: see
+        ``Log.append_as_leader``), without waiting for replication.
+
+        Raises:
+            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+                NOT_ENOUGH_REPLICAS (acks=all with the ISR below
+                min.insync.replicas), or invalid records.
         """
         part = self.partition(tp)
+        if not part.is_leader(self.node_id):
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                f"{tp[0]}-{tp[1]}: leader is {part.leader_id}")
+        min_isr = part.log.config.min_insync_replicas
+        if required_acks == ACKS_ALL and len(part.isr) < min_isr:
+            raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                f"{tp[0]}-{tp[1]}: {len(part.isr)} in-sync replicas, "
+                                f"min.insync.replicas is {min_isr}")
         result = part.log.append_as_leader(data, part.leader_epoch, origin)
-        self.waiters.notify(tp)
+        self.delayed_fetch_followers.notify(tp)
+        if part.maybe_advance_high_watermark(self.node_id):
+            self._on_high_watermark(tp)
         if result.needs_flush:
             self._schedule_flush(tp, part.log)
         return result
+
+    async def append(self, tp: TopicPartition, data: bytearray, acks: int = ACKS_ALL,
+                     timeout_ms: int = 30_000,
+                     origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        """Append as leader; with acks=all, return once the ISR has the records.
+
+        Raises:
+            KafkaApiError: as ``append_local``, or (acks=all) the error of
+                ``wait_replicated``.
+        """
+        result = self.append_local(tp, data, origin, acks)
+        if acks == ACKS_ALL:
+            errors = await self.wait_replicated({tp: result.last_offset + 1}, timeout_ms)
+            if errors[tp]:
+                raise KafkaApiError(errors[tp], f"{tp[0]}-{tp[1]}: {errors[tp].name}")
+        return result
+
+    async def wait_replicated(self, required: dict[TopicPartition, int],
+                              timeout_ms: int) -> dict[TopicPartition, ErrorCode]:
+        """The delayed produce: wait until each partition's high watermark reaches
+        its required offset (acks=all), at most ``timeout_ms``.
+
+        Returns:
+            Per partition: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank
+            below min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership moved)
+            or REQUEST_TIMED_OUT.
+        """
+        deadline = trio.current_time() + max(timeout_ms, 0) / 1000
+        status: dict[TopicPartition, ErrorCode | None] = dict.fromkeys(required)
+
+        def done() -> bool:
+            for tp, offset in required.items():
+                if status[tp] is None:
+                    status[tp] = self._replication_status(tp, offset)
+            return all(code is not None for code in status.values())
+
+        await self.delayed_produce.wait_until(required, deadline, done)
+        return {tp: ErrorCode.REQUEST_TIMED_OUT if code is None else code
+                for tp, code in status.items()}
+
+    def _replication_status(self, tp: TopicPartition, offset: int) -> ErrorCode | None:
+        part = self.partitions.get(tp)
+        if part is None or not part.is_leader(self.node_id):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.high_watermark < offset:
+            return None
+        if len(part.isr) < part.log.config.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None:
+        """As leader: ``replica`` has everything below ``end_offset`` (from its fetch)."""
+        part = self.partitions.get(tp)
+        if part is None or not part.is_leader(self.node_id):
+            return
+        part.follower_end_offsets[replica] = end_offset
+        if part.maybe_advance_high_watermark(self.node_id):
+            self._on_high_watermark(tp)
+
+    def update_isr(self, tp: TopicPartition, isr: list[int]) -> None:
+        """As leader: the ISR changed (already made durable by the caller)."""
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        part.isr = list(isr)
+        if part.maybe_advance_high_watermark(self.node_id):
+            self._on_high_watermark(tp)
+        else:
+            self.delayed_produce.notify(tp)  # a shrink may fail waiting acks=all produces
+
+    def _on_high_watermark(self, tp: TopicPartition) -> None:
+        self.delayed_fetch_consumers.notify(tp)
+        self.delayed_produce.notify(tp)
 
     def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
         if tp in self._flushing or self._nursery is None:
@@ -213,10 +301,29 @@ class ReplicaManager:
 
         self._nursery.start_soon(flush)
 
+    # -- reads ------------------------------------------------------------------
+
+    async def fetch(self, params: fetch_path.FetchParams) -> list[fetch_path.FetchResult]:
+        """Answer a fetch (see ``replication.fetch``)."""
+        return await fetch_path.fetch(self, params)
+
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
+             min_one_batch: bool) -> tuple[Partition, ReadResult]:
+        """Read for a consumer, up to the high watermark (or LSO).
+
+        Raises:
+            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
+        """
+        part = self.partition(tp)
+        limit = part.last_stable_offset if committed_only else part.high_watermark
+        if offset > part.high_watermark and offset <= part.log.end_offset:
+            return part, ReadResult(b"", offset)
+        return part, part.log.read(offset, max_bytes, limit, min_one_batch)
+
     def replay_batches(self, tp: TopicPartition
                        ) -> Iterator[tuple[records.BatchHeader, bytes]]:
         """Every batch of a partition from its log start to its high watermark, for
-        coordinators replaying their internal topics on start.
+        coordinators loading their internal topics.
 
         Yields (header, buffer); the header's ``position`` is within the buffer.
         Stops (with a warning) if the log cannot be read further.
@@ -237,15 +344,38 @@ class ReplicaManager:
                             offset=offset, high_watermark=part.high_watermark)
                 return
 
-    def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
-             min_one_batch: bool) -> tuple[Partition, ReadResult]:
-        """Read for a consumer, up to the high watermark (or LSO).
+    async def list_offset(self, tp: TopicPartition, timestamp: int, version: int,
+                          committed: bool, current_leader_epoch: int) -> tuple[int, int, int]:
+        """ListOffsets for one partition: (offset, timestamp, leader epoch).
 
         Raises:
-            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
+            KafkaApiError: unknown partition, fenced epoch, bad timestamp, remote error.
         """
         part = self.partition(tp)
-        limit = part.last_stable_offset if committed_only else part.high_watermark
-        if offset > part.high_watermark and offset <= part.log.end_offset:
-            return part, ReadResult(b"", offset)
-        return part, part.log.read(offset, max_bytes, limit, min_one_batch)
+        self.check_leader_epoch(part, current_leader_epoch)
+        return await list_offsets.lookup(part, self.remote, timestamp, version, committed)
+
+    def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                             leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``leader_epoch``, its end offset)."""
+        part = self.partition(tp)
+        self.check_leader_epoch(part, current_leader_epoch)
+        return part.log.epochs.end_offset_for(leader_epoch, part.log.end_offset)
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords: move the log start to ``offset`` (-1: the high watermark).
+
+        Returns:
+            The new low watermark.
+        """
+        part = self.partition(tp)
+        hw = part.high_watermark
+        return part.log.delete_records(hw if offset == -1 else offset, hw)
+
+    def log_dir_partitions(self) -> list[LogDirPartition]:
+        return [LogDirPartition(t, p, part.log.size,
+                                max(part.log.end_offset - part.high_watermark, 0))
+                for (t, p), part in sorted(self.partitions.items())]
+
+    async def write_checkpoints(self) -> None:
+        await self.logs.write_checkpoints()

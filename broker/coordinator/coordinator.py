@@ -47,7 +47,7 @@ from broker.coordinator.offsets_store import OffsetsStore
 from broker.coordinator.timers import Timers
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.replica_manager import ReplicaManager
+from replication.internal_topics import InternalTopic
 from storage.log.manager import now_ms
 
 log = structlog.get_logger(__name__)
@@ -57,12 +57,12 @@ E = ErrorCode
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+    def __init__(self, config: BrokerConfig, topic: InternalTopic,
                  wall_clock: Callable[[], int] = now_ms) -> None:
         self.config = config
         self.wall_clock = wall_clock
         self.groups: dict[str, Group] = {}
-        self.store = OffsetsStore(config, replicas, wall_clock)
+        self.store = OffsetsStore(topic, wall_clock)
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
         self.timers = Timers()
 

@@ -3,7 +3,7 @@
 Each group lives in one partition, chosen as Kafka chooses it:
 ``(javaStringHashCode(group) & 0x7fffffff) % partitions``, so a data
 directory's records sit where Kafka's tools expect them. Writes go through
-``ReplicaManager.append`` as ordinary v2 record batches (no producer id,
+the internal-topic module (``replication.internal_topics``) as ordinary v2 record batches (no producer id,
 uncompressed), so they share the log's durability, flushing and recovery.
 
 On start the coordinator replays every partition from its log start; the
@@ -25,14 +25,13 @@ import structlog
 
 from broker.coordinator import records as rec
 from broker.coordinator.group import Group, GroupState, Member, TopicPartition
-from config import BrokerConfig
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.replica_manager import ReplicaManager
+from replication.internal_topics import OFFSETS_TOPIC, InternalTopic, partition_for
 
 log = structlog.get_logger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
+__all__ = ["OFFSETS_TOPIC", "OffsetsStore", "partition_for"]
 
 # Append errors -> what Kafka's group coordinator answers (GroupMetadataManager).
 _APPEND_ERRORS = {
@@ -50,20 +49,6 @@ _APPEND_ERRORS = {
 Record = tuple[bytes, bytes | None]
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode``: over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % partitions``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
-
-
 @dataclass(slots=True)
 class LoadedGroup:
     """What the log says about one group after replay."""
@@ -73,34 +58,20 @@ class LoadedGroup:
 
 
 class OffsetsStore:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 wall_clock: Callable[[], int]) -> None:
-        self.config = config
-        self.replicas = replicas
+    def __init__(self, topic: InternalTopic, wall_clock: Callable[[], int]) -> None:
+        self.topic = topic
         self.wall_clock = wall_clock
 
     @property
     def partitions(self) -> int:
-        info = self.replicas.store.get(OFFSETS_TOPIC)
-        return info.partitions if info is not None else self.config["offsets.topic.num.partitions"]
+        return self.topic.partitions
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.partitions)
+        return self.topic.partition_for(group_id)
 
     async def ensure_topic(self) -> None:
-        """Create __consumer_offsets (internal, compacted) if this broker has none yet."""
-        info = self.replicas.store.get(OFFSETS_TOPIC)
-        configured = self.config["offsets.topic.num.partitions"]
-        if info is not None:
-            if info.partitions != configured:
-                log.warning("offsets topic partition count differs from config; using the "
-                            "topic's", topic_partitions=info.partitions, configured=configured)
-            return
-        await self.replicas.create_topic(
-            OFFSETS_TOPIC, configured,
-            {"cleanup.policy": "compact", "compression.type": "producer",
-             "segment.bytes": str(self.config["offsets.topic.segment.bytes"])},
-            internal=True)
+        """Create __consumer_offsets (internal, compacted) if the cluster has none yet."""
+        await self.topic.ensure()
 
     def append(self, group_id: str, records: list[Record]) -> ErrorCode:
         """Append one batch of records to the group's partition.
@@ -110,9 +81,8 @@ class OffsetsStore:
         """
         if not records:
             return ErrorCode.NONE
-        batch = batches.build_batch(records, timestamp=self.wall_clock())
         try:
-            self.replicas.append((OFFSETS_TOPIC, self.partition_of(group_id)), bytearray(batch))
+            self.topic.append_records(self.partition_of(group_id), records, self.wall_clock())
         except KafkaApiError as exc:
             log.warning("offsets topic append failed", group=group_id, error=exc.code.name,
                         detail=exc.message)
@@ -163,7 +133,7 @@ class OffsetsStore:
         return groups
 
     def _records(self, tp: tuple[str, int]) -> Iterator[Record]:
-        for header, data in self.replicas.replay_batches(tp):
+        for header, data in self.topic.replay(tp[1]):
             if header.is_control or header.is_transactional:
                 continue  # transactional offsets: replayed by broker.transactions
             try:

@@ -52,11 +52,12 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader, req
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
         try:
             if r.resource_type == RESOURCE_TOPIC:
-                info = ctx.store.get(r.resource_name)
+                info = ctx.metadata.topic(r.resource_name)
                 if info is None:
                     raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                         f"Topic {r.resource_name!r} does not exist")
-                described = describe_topic_configs(ctx, ctx.replicas.topic_configs[info.name], keys)
+                described = describe_topic_configs(ctx, TopicConfigs(ctx.config, info.configs),
+                                                   keys)
             elif r.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, r.resource_name)
                 described = describe_broker_configs(ctx, keys)
@@ -93,14 +94,15 @@ async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
         if r.resource_type != RESOURCE_TOPIC:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                 f"Unsupported resource type {r.resource_type}")
-        current = ctx.replicas.topic_configs.get(r.resource_name)
+        info = ctx.metadata.topic(r.resource_name)
+        current = TopicConfigs(ctx.config, info.configs) if info is not None else None
         if current is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"Topic {r.resource_name!r} does not exist")
         new = TopicConfigs(ctx.config, build(current))
         _check_tiering_change(current, new)
         if not validate_only:
-            await ctx.replicas.set_topic_configs(r.resource_name, new)
+            await ctx.admin.alter_configs(r.resource_name, new)
             log.info("topic configs altered", topic=r.resource_name, configs=new.overrides)
         return 0, None
     except ConfigError as exc:

@@ -30,9 +30,6 @@ from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.metadata import validate_topic_name
 
-# Brokers alive in this (single-node) cluster.
-_LIVE_BROKERS = 1
-
 
 def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, str]]:
     """Partitions, replication factor and configs of one CreatableTopic.
@@ -41,7 +38,8 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
         KafkaApiError: the code Kafka answers for the first problem found.
     """
     validate_topic_name(t.name)
-    if ctx.store.get(t.name) is not None:
+    live = {b.node_id for b in ctx.metadata.brokers()}
+    if ctx.metadata.topic(t.name) is not None:
         raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
     partitions, rf = t.num_partitions, t.replication_factor
     if t.assignments:
@@ -50,7 +48,7 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
                                 "Both numPartitions or replicationFactor and replicasAssignments "
                                 "were set. Both cannot be used at the same time.")
         for a in t.assignments:
-            if any(b != ctx.node_id for b in a.broker_ids) or not a.broker_ids:
+            if any(b not in live for b in a.broker_ids) or not a.broker_ids:
                 raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                     f"Unknown broker in assignment {list(a.broker_ids)}")
         indexes = sorted(a.partition_index for a in t.assignments)
@@ -68,10 +66,10 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
     if rf <= 0:
         raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                             "Replication factor must be larger than 0.")
-    if rf > _LIVE_BROKERS:
+    if rf > len(live):
         raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                             f"Replication factor: {rf} larger than available brokers: "
-                            f"{_LIVE_BROKERS}.")
+                            f"{len(live)}.")
     configs = {c.name: c.value for c in t.configs}
     if len(configs) != len(t.configs):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate config keys")
@@ -97,7 +95,8 @@ async def handle_create_topics(ctx: BrokerContext, header: RequestHeader, req: A
             partitions, rf, configs = _validate_create(ctx, t)
             topic_id = None
             if not req.validate_only:
-                topic_id = (await ctx.replicas.create_topic(t.name, partitions, configs)).topic_id
+                topic_id = (await ctx.admin.create_topic(t.name, partitions, rf,
+                                                         configs)).topic_id
             described = describe_topic_configs(ctx, TopicConfigs(ctx.config, configs), None)
             results.append(result_cls(
                 name=t.name, topic_id=topic_id, error_code=0, error_message=None,
@@ -124,14 +123,14 @@ async def handle_delete_topics(ctx: BrokerContext, header: RequestHeader, req: A
     results = []
     for name, topic_id in targets:
         code, message = ErrorCode.NONE, None
-        info = ctx.store.get(name) if name else ctx.store.by_id.get(topic_id)
+        info = ctx.metadata.topic(name) if name else ctx.metadata.topic_by_id(topic_id)
         if not ctx.config["delete.topic.enable"]:
             code, message = ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
         elif info is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
             message = "This server does not host this topic."
         else:
-            await ctx.replicas.delete_topic(info.name)
+            await ctx.admin.delete_topic(info.name)
         if code:
             ctx.metrics.error("DeleteTopics", code)
         results.append(result_cls(name=info.name if info else name,
@@ -146,7 +145,7 @@ async def handle_create_partitions(ctx: BrokerContext, header: RequestHeader, re
     results = []
     for t in req.topics:
         try:
-            info = ctx.store.get(t.name)
+            info = ctx.metadata.topic(t.name)
             if info is None:
                 raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                     f"The topic '{t.name}' does not exist.")
@@ -154,13 +153,17 @@ async def handle_create_partitions(ctx: BrokerContext, header: RequestHeader, re
                 raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
                                     f"Topic currently has {info.partitions} partitions, which is "
                                     f"higher than or equal to the requested {t.count}.")
+            live = {b.node_id for b in ctx.metadata.brokers()}
             if t.assignments is not None and (
                     len(t.assignments) != t.count - info.partitions
-                    or any(list(a.broker_ids) != [ctx.node_id] for a in t.assignments)):
+                    or any(not a.broker_ids or set(a.broker_ids) - live
+                           or len(set(a.broker_ids)) != len(a.broker_ids)
+                           for a in t.assignments)):
                 raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    "Assignments must name this broker once per new partition.")
+                                    "Assignments must name live brokers, once each, for each "
+                                    "new partition.")
             if not req.validate_only:
-                await ctx.replicas.add_partitions(t.name, t.count)
+                await ctx.admin.create_partitions(t.name, t.count)
             results.append(result_cls(name=t.name, error_code=0, error_message=None))
         except KafkaApiError as exc:
             ctx.metrics.error("CreatePartitions", exc.code)
@@ -177,10 +180,7 @@ async def handle_delete_records(ctx: BrokerContext, header: RequestHeader, req: 
         parts = []
         for p in t.partitions:
             try:
-                part = ctx.replicas.partition((t.name, p.partition_index))
-                hw = part.high_watermark
-                target = hw if p.offset == -1 else p.offset
-                low = part.log.delete_records(target, hw)
+                low = ctx.replicas.delete_records((t.name, p.partition_index), p.offset)
                 parts.append(part_cls(partition_index=p.partition_index, low_watermark=low,
                                       error_code=0))
             except KafkaApiError as exc:
@@ -188,7 +188,7 @@ async def handle_delete_records(ctx: BrokerContext, header: RequestHeader, req: 
                 parts.append(part_cls(partition_index=p.partition_index, low_watermark=-1,
                                       error_code=exc.code))
         topics.append(topic_cls(name=t.name, partitions=parts))
-    await ctx.replicas.logs.write_checkpoints()
+    await ctx.replicas.write_checkpoints()
     return resp(throttle_time_ms=0, topics=topics)
 
 

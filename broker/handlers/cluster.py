@@ -20,9 +20,10 @@ from protocol.api import RequestHeader
 async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     resp = DescribeClusterResponse[header.api_version]
     return resp(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
-                cluster_id=ctx.cluster_id, controller_id=ctx.node_id,
-                brokers=[resp.DescribeClusterBroker(broker_id=ctx.node_id, host=ctx.host,
-                                                    port=ctx.port, rack=None)],
+                cluster_id=ctx.cluster_id, controller_id=ctx.metadata.controller_id,
+                brokers=[resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
+                                                    port=b.port, rack=b.rack)
+                         for b in ctx.metadata.brokers()],
                 authorized_operations=None)
 
 
@@ -35,12 +36,13 @@ async def handle_describe_log_dirs(ctx: BrokerContext, header: RequestHeader, re
     if req.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in req.topics}
     by_topic: dict[str, list[Any]] = {}
-    for (topic, index), part in sorted(ctx.replicas.partitions.items()):
-        if wanted is not None and (topic not in wanted or index not in (wanted[topic] or ())):
+    for p in ctx.replicas.log_dir_partitions():
+        if wanted is not None and (p.topic not in wanted
+                                   or p.partition not in (wanted[p.topic] or ())):
             continue
-        by_topic.setdefault(topic, []).append(part_cls(
-            partition_index=index, partition_size=part.log.size,
-            offset_lag=max(part.log.end_offset - part.high_watermark, 0), is_future_key=False))
+        by_topic.setdefault(p.topic, []).append(part_cls(
+            partition_index=p.partition, partition_size=p.size, offset_lag=p.offset_lag,
+            is_future_key=False))
     log_dir = os.path.abspath(ctx.config.log_dir)
     usage = shutil.disk_usage(log_dir)
     return resp(throttle_time_ms=0, error_code=0, results=[result_cls(

@@ -2,9 +2,10 @@
 DescribeGroups and DeleteGroups: requests in, ``broker.coordinator`` calls,
 responses out.
 
-This single broker coordinates every group and every transactional id, so
-FindCoordinator answers itself for group keys and transaction keys (key
-type 1); other key types (share groups) get INVALID_REQUEST.
+FindCoordinator answers, for a group key or a transactional id (key type
+1), the leader of the key's partition of ``__consumer_offsets`` or
+``__transaction_state`` (COORDINATOR_NOT_AVAILABLE while it has none); other
+key types (share groups) get INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from broker.coordinator import GroupCoordinator, admin
 from broker.coordinator.group import JoinRequest
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
+from replication.internal_topics import OFFSETS_TOPIC, TRANSACTION_TOPIC, partition_for
+from replication.metadata_cache import BrokerEndpoint
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -66,21 +69,35 @@ async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req
     keys = list(req.coordinator_keys) if v >= 4 else [req.key]
     found = [_find(ctx, req.key_type, key) for key in keys]
     if v < 4:
-        code, message = found[0]
+        code, message, node = found[0]
         return resp(throttle_time_ms=0, error_code=code, error_message=message,
-                    node_id=ctx.node_id if not code else -1, host=ctx.host if not code else "",
-                    port=ctx.port if not code else -1)
+                    node_id=node.node_id if node else -1, host=node.host if node else "",
+                    port=node.port if node else -1)
     return resp(throttle_time_ms=0, coordinators=[
-        resp.Coordinator(key=key, node_id=ctx.node_id if not code else -1,
-                         host=ctx.host if not code else "", port=ctx.port if not code else -1,
+        resp.Coordinator(key=key, node_id=node.node_id if node else -1,
+                         host=node.host if node else "", port=node.port if node else -1,
                          error_code=code, error_message=message)
-        for key, (code, message) in zip(keys, found, strict=True)])
+        for key, (code, message, node) in zip(keys, found, strict=True)])
 
 
-def _find(ctx: BrokerContext, key_type: int, key: str) -> tuple[int, str | None]:
-    if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
-        return ErrorCode.NONE, None
-    return _error(ctx, "FindCoordinator", ErrorCode.INVALID_REQUEST), f"key type {key_type}"
+def _find(ctx: BrokerContext, key_type: int, key: str
+          ) -> tuple[int, str | None, BrokerEndpoint | None]:
+    """The coordinator of ``key``: the leader of its internal-topic partition."""
+    if key_type == GROUP_KEY_TYPE:
+        topic = OFFSETS_TOPIC
+    elif key_type == TRANSACTION_KEY_TYPE:
+        topic = TRANSACTION_TOPIC
+    else:
+        return (_error(ctx, "FindCoordinator", ErrorCode.INVALID_REQUEST),
+                f"key type {key_type}", None)
+    info = ctx.metadata.topic(topic)
+    state = (ctx.metadata.partition((topic, partition_for(key, info.partitions)))
+             if info is not None else None)
+    node = ctx.metadata.broker(state.leader) if state is not None else None
+    if node is None:
+        return (_error(ctx, "FindCoordinator", ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "coordinator not available", None)
+    return ErrorCode.NONE, None, node
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------

@@ -29,7 +29,7 @@ async def handle_init_producer_id(ctx: BrokerContext, header: RequestHeader, req
     v = header.api_version
     resp = InitProducerIdResponse[v]
     if req.transactional_id is None:
-        pid = await ctx.store.allocate_producer_id()
+        pid = await ctx.admin.allocate_producer_id()
         return resp(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
     expected = None
     if v >= _EXPECTED_SINCE and req.producer_id != NO_PRODUCER_ID:

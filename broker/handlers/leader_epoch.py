@@ -7,7 +7,6 @@ from typing import Any
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from broker.context import BrokerContext
-from broker.handlers.common import check_leader_epoch
 from protocol.api import RequestHeader
 from protocol.errors import KafkaApiError
 
@@ -22,9 +21,8 @@ async def handle_offset_for_leader_epoch(ctx: BrokerContext, header: RequestHead
         parts = []
         for p in t.partitions:
             try:
-                part = ctx.replicas.partition((t.topic, p.partition))
-                check_leader_epoch(part, p.current_leader_epoch)
-                epoch, end = part.log.epochs.end_offset_for(p.leader_epoch, part.log.end_offset)
+                epoch, end = ctx.replicas.end_offset_for_epoch(
+                    (t.topic, p.partition), p.current_leader_epoch, p.leader_epoch)
                 parts.append(part_cls(error_code=0, partition=p.partition, leader_epoch=epoch,
                                       end_offset=end))
             except KafkaApiError as exc:

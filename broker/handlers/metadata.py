@@ -25,22 +25,22 @@ async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -
         topics.append(await _describe_topic(ctx, resp, name, allow_auto))
     return resp(
         throttle_time_ms=0,
-        brokers=[resp.MetadataResponseBroker(node_id=ctx.node_id, host=ctx.host, port=ctx.port,
-                                             rack=None)],
+        brokers=[resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port,
+                                             rack=b.rack) for b in ctx.metadata.brokers()],
         cluster_id=ctx.cluster_id,
-        controller_id=ctx.node_id,
+        controller_id=ctx.metadata.controller_id,
         topics=topics,
     )
 
 
 def _requested_topics(ctx: BrokerContext, req: Any) -> list[str]:
     if req.topics is None:
-        return sorted(ctx.store.topics)
+        return ctx.metadata.topic_names()
     names = []
     for t in req.topics:
         name = t.name
         if name is None and getattr(t, "topic_id", None) is not None:
-            info = ctx.store.by_id.get(t.topic_id)
+            info = ctx.metadata.topic_by_id(t.topic_id)
             name = info.name if info else None
         names.append(name or "")
     return names
@@ -48,7 +48,7 @@ def _requested_topics(ctx: BrokerContext, req: Any) -> list[str]:
 
 async def _describe_topic(ctx: BrokerContext, resp: Any, name: str, allow_auto: bool) -> Any:
     topic_cls = resp.MetadataResponseTopic
-    info = ctx.store.get(name)
+    info = ctx.metadata.topic(name)
     if info is None:
         try:
             validate_topic_name(name)
@@ -68,10 +68,11 @@ async def _describe_topic(ctx: BrokerContext, resp: Any, name: str, allow_auto: 
 
 async def _auto_create(ctx: BrokerContext, name: str) -> TopicInfo | None:
     try:
-        return await ctx.replicas.create_topic(name, ctx.config["num.partitions"], {})
+        return await ctx.admin.create_topic(name, ctx.config["num.partitions"],
+                                            ctx.config["default.replication.factor"], {})
     except KafkaApiError as exc:
         if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return ctx.store.get(name)
+            return ctx.metadata.topic(name)
         log.info("auto-create refused", topic=name, error=exc.code.name)
         return None
 
@@ -80,15 +81,16 @@ def _partitions(ctx: BrokerContext, topic_cls: Any, info: TopicInfo) -> list[Any
     part_cls = topic_cls.MetadataResponsePartition
     out = []
     for i in range(info.partitions):
-        part = ctx.replicas.partitions.get((info.name, i))
-        if part is None:
+        state = ctx.metadata.partition((info.name, i))
+        if state is None:
             out.append(part_cls(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i,
                                 leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
                                 offline_replicas=[]))
             continue
-        out.append(part_cls(error_code=0, partition_index=i, leader_id=part.leader_id,
-                            leader_epoch=part.leader_epoch, replica_nodes=list(part.replicas),
-                            isr_nodes=list(part.isr), offline_replicas=[]))
+        code = ErrorCode.LEADER_NOT_AVAILABLE if state.leader < 0 else ErrorCode.NONE
+        out.append(part_cls(error_code=code, partition_index=i, leader_id=state.leader,
+                            leader_epoch=state.leader_epoch, replica_nodes=list(state.replicas),
+                            isr_nodes=list(state.isr), offline_replicas=list(state.offline)))
     return out
 
 

@@ -31,7 +31,7 @@ NO_EPOCH = -1
 
 
 def _exists(ctx: BrokerContext, tp: TopicPartition) -> bool:
-    return tp in ctx.replicas.partitions
+    return ctx.metadata.has_partition(tp)
 
 
 async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:

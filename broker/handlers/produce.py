@@ -1,9 +1,13 @@
 """Produce: validate, append, answer per partition (acks 0, 1, -1).
 
-With one replica, acks=-1 is satisfied as soon as the leader appended (the
-ISR is just us), exactly as Kafka behaves with replication factor 1. acks=0
-gets no response at all. Per-partition errors (unknown partition, corrupt
-batch, too large) are answered for that partition; the others still append.
+Every partition is appended by the ReplicaManager first; with acks=-1 the
+request then waits once, for all its partitions together, in the
+delayed-produce purgatory until the ISR has the records (at most the
+request's timeout: REQUEST_TIMED_OUT). With one replica that is at once,
+exactly as Kafka behaves with replication factor 1. acks=0 gets no response
+at all. Per-partition errors (unknown partition, not leader, too few in-sync
+replicas, corrupt batch, too large) are answered for that partition; the
+others still append.
 
 Transactional batches are verified with the transaction coordinator first
 (a simplified KIP-890 check): the partition must be in the producer's open
@@ -21,10 +25,13 @@ from broker.context import BrokerContext
 from protocol import records as batches
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
+from replication.replica_manager import ACKS_ALL, VALID_ACKS
 
 log = structlog.get_logger(__name__)
 
-_VALID_ACKS = (-1, 0, 1)
+# Errors a client meets in normal operation (metadata refresh): no log line.
+_QUIET_ERRORS = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           ErrorCode.NOT_LEADER_OR_FOLLOWER})
 
 
 async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
@@ -32,44 +39,63 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
     resp = ProduceResponse[v]
     topic_cls = resp.TopicProduceResponse
     part_cls = topic_cls.PartitionProduceResponse
-    acks_ok = req.acks in _VALID_ACKS
+    acks_ok = req.acks in VALID_ACKS
     topics = []
+    # acks=all partitions appended: (topic, partition) -> (their list, index, offset to reach)
+    waiting: dict[tuple[str, int], tuple[list[Any], int, int]] = {}
     for topic in req.topic_data:
         parts = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_error(ctx, part_cls, pd.index, ErrorCode.INVALID_REQUIRED_ACKS, ""))
                 continue
-            parts.append(_append(ctx, part_cls, topic.name, pd, req.transactional_id))
+            answer, next_offset = _append(ctx, part_cls, topic.name, pd, req.transactional_id,
+                                          req.acks)
+            parts.append(answer)
+            if req.acks == ACKS_ALL and next_offset is not None:
+                waiting[(topic.name, pd.index)] = (parts, len(parts) - 1, next_offset)
         topics.append(topic_cls(name=topic.name, partition_responses=parts))
     if req.acks == 0:
         return None
+    if waiting:
+        required = {tp: offset for tp, (_, _, offset) in waiting.items()}
+        errors = await ctx.replicas.wait_replicated(required, req.timeout_ms)
+        for tp, code in errors.items():
+            if code:
+                parts, i, _ = waiting[tp]
+                log.info("acks=all produce failed", topic=tp[0], partition=tp[1],
+                         error=code.name)
+                parts[i] = _error(ctx, part_cls, tp[1], code, code.name)
     return resp(responses=topics, throttle_time_ms=0)
 
 
 def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any,
-            transactional_id: str | None) -> Any:
+            transactional_id: str | None, acks: int) -> tuple[Any, int | None]:
+    """Append one partition's records; returns its answer and, if appended, the
+    offset the ISR must reach for acks=all."""
     records = pd.records
     if records is None:
-        return _error(ctx, part_cls, pd.index, ErrorCode.CORRUPT_MESSAGE, "null record set")
+        return _error(ctx, part_cls, pd.index, ErrorCode.CORRUPT_MESSAGE, "null record set"), None
     code = _verify_transactional(ctx, transactional_id, (topic, pd.index), records)
     if code:
         log.info("transactional produce rejected", topic=topic, partition=pd.index,
                  transactional_id=transactional_id, error=code.name)
-        return _error(ctx, part_cls, pd.index, code, f"transactional batch refused: {code.name}")
+        return (_error(ctx, part_cls, pd.index, code, f"transactional batch refused: {code.name}"),
+                None)
     try:
-        result = ctx.replicas.append((topic, pd.index), bytearray(records))
+        result = ctx.replicas.append_local((topic, pd.index), bytearray(records),
+                                           required_acks=acks)
     except KafkaApiError as exc:
-        if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        if exc.code not in _QUIET_ERRORS:
             log.info("produce rejected", topic=topic, partition=pd.index, error=exc.code.name,
                      detail=exc.message)
-        return _error(ctx, part_cls, pd.index, exc.code, exc.message)
+        return _error(ctx, part_cls, pd.index, exc.code, exc.message), None
     ctx.metrics.bytes_in.labels(topic).inc(len(records))
     ctx.metrics.messages_in.labels(topic).inc(result.last_offset - result.first_offset + 1)
     return part_cls(index=pd.index, error_code=0, base_offset=result.first_offset,
                     log_append_time_ms=result.log_append_time,
                     log_start_offset=result.log_start_offset, record_errors=[],
-                    error_message=None)
+                    error_message=None), result.last_offset + 1
 
 
 def _verify_transactional(ctx: BrokerContext, transactional_id: str | None,

@@ -84,7 +84,7 @@ async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: 
 def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: int, epoch: int,
              topics: Any, verify_only: bool) -> list[Any]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    known = {tp: tp in ctx.replicas.partitions for tp in wanted}
+    known = {tp: ctx.metadata.has_partition(tp) for tp in wanted}
     coord = coordinator(ctx)
     if not all(known.values()):
         errors = {tp: E.OPERATION_NOT_ATTEMPTED if ok else E.UNKNOWN_TOPIC_OR_PARTITION
@@ -133,7 +133,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, re
                                p.committed_leader_epoch if v >= 2 else NO_EPOCH,
                                p.committed_metadata)
                for t in req.topics for p in t.partitions
-               if (t.name, p.partition_index) in ctx.replicas.partitions]
+               if ctx.metadata.has_partition((t.name, p.partition_index))]
     errors = iter(coordinator(ctx).txn_offset_commit(
         req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
         req.generation_id if v >= 3 else -1, req.member_id if v >= 3 else "",
@@ -142,7 +142,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, re
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = next(errors) if (t.name, p.partition_index) in ctx.replicas.partitions \
+            code = next(errors) if ctx.metadata.has_partition((t.name, p.partition_index)) \
                 else E.UNKNOWN_TOPIC_OR_PARTITION
             parts.append(part_cls(partition_index=p.partition_index,
                                   error_code=_count(ctx, "TxnOffsetCommit", code)))

@@ -44,7 +44,7 @@ import trio
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
 from broker.transactions.log_store import TxnLogStore
-from broker.transactions.markers import write_markers
+from broker.transactions.markers import AppendMarker, write_markers
 from broker.transactions.state import (
     EXPIRABLE,
     MAX_PRODUCER_EPOCH,
@@ -58,7 +58,7 @@ from broker.transactions.state import (
 from broker.transactions.txn_offsets import TxnOffsets
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.replica_manager import ReplicaManager
+from replication.internal_topics import InternalTopic
 from storage.log.manager import now_ms
 
 log = structlog.get_logger(__name__)
@@ -75,16 +75,17 @@ class InitResult:
 
 
 class TransactionCoordinator:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 groups: GroupCoordinator | None,
-                 wall_clock: Callable[[], int] = now_ms,
-                 allocate_producer_id: Callable[[], Awaitable[int]] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, topic: InternalTopic,
+                 groups: GroupCoordinator | None, append_marker: AppendMarker,
+                 allocate_producer_id: Callable[[], Awaitable[int]],
+                 wall_clock: Callable[[], int] = now_ms) -> None:
         self.config = config
-        self.replicas = replicas
+        self.append_marker = append_marker
         self.wall_clock = wall_clock
-        self.allocate_producer_id = allocate_producer_id or replicas.store.allocate_producer_id
-        self.log = TxnLogStore(config, replicas, wall_clock)
-        self.offsets = TxnOffsets(replicas, groups, wall_clock) if groups is not None else None
+        self.allocate_producer_id = allocate_producer_id
+        self.log = TxnLogStore(topic, wall_clock)
+        self.offsets = (TxnOffsets(groups.store.topic, groups, wall_clock)
+                        if groups is not None else None)
         self.txns: dict[str, TxnMetadata] = {}
         self.loaded = False
 
@@ -287,7 +288,8 @@ class TransactionCoordinator:
         committed = txn.state is S.PREPARE_COMMIT
         txn_id = txn.transactional_id
         now = self.wall_clock()
-        owed = write_markers(self.replicas, txn, committed, self.log.coordinator_epoch(txn_id), now)
+        owed = write_markers(self.append_marker, txn, committed,
+                             self.log.coordinator_epoch(txn_id), now)
         if owed:
             self.txns[txn_id] = txn.with_partitions(owed)
             return

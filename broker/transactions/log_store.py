@@ -5,7 +5,7 @@ Each transactional id lives in partition
 as in Kafka. Every state change the coordinator makes durable is one
 uncompressed, non-transactional batch holding one record (key: the id,
 value: the metadata, see ``records``), appended through
-``ReplicaManager.append`` so it shares the log's flushing and recovery. On
+the internal-topic module so it shares the log's flushing and recovery. On
 start every partition is replayed from its log start: the last record for an
 id wins, a null value (tombstone) removes it. The topic is created with
 cleanup.policy=compact, as Kafka does, so retention never deletes it.
@@ -21,17 +21,15 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.coordinator.offsets_store import partition_for
 from broker.transactions import records as rec
 from broker.transactions.state import TxnMetadata, TxnState
-from config import BrokerConfig
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.replica_manager import ReplicaManager
+from replication.internal_topics import TRANSACTION_TOPIC, InternalTopic
 
 log = structlog.get_logger(__name__)
 
-TRANSACTION_TOPIC = "__transaction_state"
+__all__ = ["TRANSACTION_TOPIC", "TxnLogStore"]
 
 # Append errors -> what Kafka's TransactionStateManager answers the client.
 _APPEND_ERRORS = {
@@ -47,42 +45,24 @@ _APPEND_ERRORS = {
 
 
 class TxnLogStore:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 wall_clock: Callable[[], int]) -> None:
-        self.config = config
-        self.replicas = replicas
+    def __init__(self, topic: InternalTopic, wall_clock: Callable[[], int]) -> None:
+        self.topic = topic
         self.wall_clock = wall_clock
 
     @property
     def partitions(self) -> int:
-        info = self.replicas.store.get(TRANSACTION_TOPIC)
-        if info is not None:
-            return info.partitions
-        return int(self.config["transaction.state.log.num.partitions"])
+        return self.topic.partitions
 
     def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.partitions)
+        return self.topic.partition_for(transactional_id)
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         """The leader epoch of the id's partition: the epoch markers carry."""
-        part = self.replicas.partitions.get((TRANSACTION_TOPIC, self.partition_of(transactional_id)))
-        return part.leader_epoch if part is not None else 0
+        return self.topic.leader_epoch(self.partition_of(transactional_id))
 
     async def ensure_topic(self) -> None:
-        """Create __transaction_state (internal, compacted) if this broker has none yet."""
-        info = self.replicas.store.get(TRANSACTION_TOPIC)
-        configured = self.config["transaction.state.log.num.partitions"]
-        if info is not None:
-            if info.partitions != configured:
-                log.warning("transaction state topic partition count differs from config; "
-                            "using the topic's", topic_partitions=info.partitions,
-                            configured=configured)
-            return
-        await self.replicas.create_topic(
-            TRANSACTION_TOPIC, configured,
-            {"cleanup.policy": "compact", "compression.type": "producer",
-             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"])},
-            internal=True)
+        """Create __transaction_state (internal, compacted) if the cluster has none yet."""
+        await self.topic.ensure()
 
     def append(self, txn: TxnMetadata | None, transactional_id: str) -> ErrorCode:
         """Write ``txn`` (None: a tombstone) for ``transactional_id``.
@@ -91,11 +71,10 @@ class TxnLogStore:
             NONE, or the code to answer the client with.
         """
         value = None if txn is None else rec.encode_value(txn)
-        batch = batches.build_batch([(rec.encode_key(transactional_id), value)],
-                                    timestamp=self.wall_clock())
-        tp = (TRANSACTION_TOPIC, self.partition_of(transactional_id))
         try:
-            self.replicas.append(tp, bytearray(batch))
+            self.topic.append_records(self.partition_of(transactional_id),
+                                      [(rec.encode_key(transactional_id), value)],
+                                      self.wall_clock())
         except KafkaApiError as exc:
             log.warning("transaction log append failed", transactional_id=transactional_id,
                         error=exc.code.name, detail=exc.message)
@@ -107,7 +86,7 @@ class TxnLogStore:
         txns: dict[str, TxnMetadata] = {}
         count = 0
         for index in range(self.partitions):
-            for header, data in self.replicas.replay_batches((TRANSACTION_TOPIC, index)):
+            for header, data in self.topic.replay(index):
                 if header.is_control:
                     continue
                 try:

@@ -2,8 +2,8 @@
 
 Kafka's coordinator sends WriteTxnMarkers requests to each partition's
 leader; on one broker every leader is local, so the markers go straight to
-``ReplicaManager.append`` as coordinator appends (no sequence checks, control
-batches allowed). The log closes the producer's transaction on each
+the given append function (``ReplicaManager.append_local``) as coordinator
+appends (no sequence checks, control batches allowed). The log closes the producer's transaction on each
 partition, indexes aborts in ``.txnindex`` and moves the last stable offset.
 
 Error handling, as Kafka's TransactionMarkerRequestCompletionHandler: a
@@ -15,12 +15,14 @@ returned so the coordinator retries it later.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import structlog
 
 from broker.transactions.state import TopicPartition, TxnMetadata
 from protocol import control
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.replica_manager import ReplicaManager
+from storage.log.log import AppendResult
 from storage.log.producer_state import AppendOrigin
 
 log = structlog.get_logger(__name__)
@@ -30,7 +32,10 @@ _DROP = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODU
                    ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 
 
-def write_markers(replicas: ReplicaManager, txn: TxnMetadata, committed: bool,
+AppendMarker = Callable[[TopicPartition, bytearray, AppendOrigin], AppendResult]
+
+
+def write_markers(append: AppendMarker, txn: TxnMetadata, committed: bool,
                   coordinator_epoch: int, now_ms: int) -> frozenset[TopicPartition]:
     """Append the marker to each partition of ``txn``.
 
@@ -42,7 +47,7 @@ def write_markers(replicas: ReplicaManager, txn: TxnMetadata, committed: bool,
         batch = control.marker_batch(txn.producer_id, txn.producer_epoch, committed,
                                      coordinator_epoch, now_ms)
         try:
-            replicas.append(tp, bytearray(batch), AppendOrigin.COORDINATOR)
+            append(tp, bytearray(batch), AppendOrigin.COORDINATOR)
         except KafkaApiError as exc:
             dropped = exc.code in _DROP
             log.warning("transaction marker not written", transactional_id=txn.transactional_id,

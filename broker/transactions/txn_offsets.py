@@ -33,7 +33,7 @@ from broker.coordinator.offsets_store import OFFSETS_TOPIC, offset_record
 from protocol import control
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.replica_manager import ReplicaManager
+from replication.internal_topics import InternalTopic
 from storage.log.producer_state import AppendOrigin
 
 log = structlog.get_logger(__name__)
@@ -53,9 +53,9 @@ Pending = dict[int, dict[str, dict[TopicPartition, grec.OffsetCommitValue]]]
 
 
 class TxnOffsets:
-    def __init__(self, replicas: ReplicaManager, groups: GroupCoordinator,
+    def __init__(self, topic: InternalTopic, groups: GroupCoordinator,
                  wall_clock: Callable[[], int]) -> None:
-        self.replicas = replicas
+        self.topic = topic
         self.groups = groups
         self.wall_clock = wall_clock
         self.pending: Pending = {}
@@ -104,8 +104,8 @@ class TxnOffsets:
             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
             attributes=batches.ATTR_TRANSACTIONAL)
         try:
-            self.replicas.append(self.offsets_partition(group_id), bytearray(batch),
-                                 AppendOrigin.COORDINATOR)
+            self.topic.append(self.offsets_partition(group_id)[1], batch,
+                              AppendOrigin.COORDINATOR)
         except KafkaApiError as exc:
             log.warning("transactional offset commit not written", group=group_id,
                         producer_id=producer_id, error=exc.code.name, detail=exc.message)
@@ -131,12 +131,10 @@ class TxnOffsets:
 
     def replay(self) -> None:
         """Rebuild pending and committed transactional offsets from __consumer_offsets."""
-        info = self.replicas.store.get(OFFSETS_TOPIC)
         applied = 0
-        for index in range(info.partitions if info is not None else 0):
-            part = self.replicas.partitions.get((OFFSETS_TOPIC, index))
+        for index in range(self.topic.partitions):
             # Only transactional batches carry a producer id in this topic.
-            if part is not None and part.log.producers.producers:
+            if self.topic.has_producers(index):
                 applied += self._replay_partition((OFFSETS_TOPIC, index))
         if applied or self.pending:
             log.info("transactional offsets loaded", committed=applied,
@@ -147,7 +145,7 @@ class TxnOffsets:
         # (group, partition) -> (log position, value) of the latest write
         latest: dict[tuple[str, TopicPartition], tuple[int, grec.OffsetCommitValue | None]] = {}
         txn_keys: set[tuple[str, TopicPartition]] = set()
-        for header, data in self.replicas.replay_batches(tp):
+        for header, data in self.topic.replay(tp[1]):
             if header.is_control:
                 self._replay_marker(header, data, pending, latest, txn_keys)
                 continue

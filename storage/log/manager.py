@@ -33,6 +33,9 @@ log = structlog.get_logger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+# Each partition's high watermark, so a restarted follower (or a leader whose
+# followers are behind) does not expose or lose track of committed data.
+REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
@@ -56,6 +59,10 @@ class LogManager:
         self.clock = clock
         self.logs: dict[TopicPartition, Log] = {}
         self.clean_shutdown = False
+        # High watermarks read at load (replication-offset-checkpoint), and where
+        # the current ones come from when checkpoints are written.
+        self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
+        self.high_watermarks: Callable[[], dict[TopicPartition, int]] | None = None
         os.makedirs(self.dir, exist_ok=True)
 
     def _path(self, name: str) -> str:
@@ -72,6 +79,8 @@ class LogManager:
         self.clean_shutdown = os.path.exists(marker)
         recovery = checkpoint.read_offsets(self._path(RECOVERY_POINT_FILE))
         starts = checkpoint.read_offsets(self._path(LOG_START_FILE))
+        self.checkpointed_high_watermarks = checkpoint.read_offsets(
+            self._path(REPLICATION_OFFSET_FILE))
         started = time.monotonic()
         for name in sorted(os.listdir(self.dir)):
             path = self._path(name)
@@ -164,6 +173,10 @@ class LogManager:
                                       recovery, fsync)
         await trio.to_thread.run_sync(checkpoint.write_offsets, self._path(LOG_START_FILE),
                                       starts, fsync)
+        if self.high_watermarks is not None:
+            await trio.to_thread.run_sync(checkpoint.write_offsets,
+                                          self._path(REPLICATION_OFFSET_FILE),
+                                          self.high_watermarks(), fsync)
 
     async def shutdown(self) -> None:
         """Flush everything, checkpoint, close, and mark the shutdown clean."""

@@ -1,4 +1,5 @@
-"""Fixtures: a real ReplicaManager in a temp dir and a running GroupCoordinator.
+"""Fixtures: a real single-node broker core (metadata, ReplicaManager, topic
+writer, internal topics) in a temp dir and a running GroupCoordinator.
 
 The coordinator's wall clock follows trio's clock (offset to a realistic
 epoch), so with ``autojump_clock`` both session timers and offset retention
@@ -14,9 +15,7 @@ import trio
 
 from broker.coordinator import GroupCoordinator
 from config import BrokerConfig
-from replication.metadata import LocalMetadataStore
-from replication.replica_manager import ReplicaManager
-from storage.log.manager import LogManager
+from replication.local_admin import SingleNode, open_single_node
 from tests.helpers import T0
 
 # Small so a test's __consumer_offsets is cheap to create and replay.
@@ -33,11 +32,8 @@ def make_config(log_dir: Path, **overrides: str) -> BrokerConfig:
     return BrokerConfig.from_mapping(values)
 
 
-def make_replicas(config: BrokerConfig) -> ReplicaManager:
-    store = LocalMetadataStore(config.log_dir, config["node.id"], config["cluster.id"])
-    replicas = ReplicaManager(config, store, LogManager(config, trio_wall_clock))
-    replicas.load()
-    return replicas
+def make_node(config: BrokerConfig) -> SingleNode:
+    return open_single_node(config, trio_wall_clock)
 
 
 @pytest.fixture
@@ -46,13 +42,13 @@ def config(tmp_path: Path) -> BrokerConfig:
 
 
 @pytest.fixture
-def replicas(config: BrokerConfig) -> ReplicaManager:
-    return make_replicas(config)
+def node(config: BrokerConfig) -> SingleNode:
+    return make_node(config)
 
 
 @pytest.fixture
 async def coordinator(nursery: trio.Nursery, config: BrokerConfig,
-                      replicas: ReplicaManager) -> GroupCoordinator:
-    coord = GroupCoordinator(config, replicas, trio_wall_clock)
+                      node: SingleNode) -> GroupCoordinator:
+    coord = GroupCoordinator(config, node.internal.offsets, trio_wall_clock)
     await nursery.start(coord.run)
     return coord

@@ -14,7 +14,7 @@ from broker.coordinator.group import GroupState
 from broker.coordinator.offsets import PartitionCommit
 from broker.coordinator.offsets_store import OFFSETS_TOPIC
 from protocol.errors import ErrorCode as E
-from tests.coordinator.conftest import make_config, make_replicas, trio_wall_clock
+from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
 from tests.coordinator.test_coordinator import request, stable_group
 from tests.coordinator.test_group import subscription
 
@@ -112,9 +112,9 @@ async def test_delete_groups(coordinator, nursery, autojump_clock):
     assert admin.describe_group(coordinator.groups, "ghost").state == "Dead"
 
 
-async def test_empty_group_offsets_expire_after_retention(config, replicas, nursery,
+async def test_empty_group_offsets_expire_after_retention(config, node, nursery,
                                                           autojump_clock):
-    coord = GroupCoordinator(config, replicas, trio_wall_clock)
+    coord = GroupCoordinator(config, node.internal.offsets, trio_wall_clock)
     await nursery.start(coord.run)
     (a,) = await stable_group(coord, nursery, 1, session_ms=LONG_SESSION_MS)
     assert coord.offsets.commit("g", 1, a, None, -1, commits((0, 5))) == [E.NONE]
@@ -161,9 +161,9 @@ async def test_unsubscribed_topics_of_stable_consumer_group_expire(coordinator, 
 async def test_offsets_and_membership_survive_restart(tmp_path, autojump_clock,
                                                       shutdown_cleanly):
     config = make_config(tmp_path)
-    replicas = make_replicas(config)
+    node = make_node(config)
     async with trio.open_nursery() as nursery:
-        coord = GroupCoordinator(config, replicas, trio_wall_clock)
+        coord = GroupCoordinator(config, node.internal.offsets, trio_wall_clock)
         await nursery.start(coord.run)
         a, b = await stable_group(coord, nursery, 2)
         coord.offsets.commit("g", 1, a, None, -1, commits((0, 11), (1, 12)))
@@ -174,12 +174,12 @@ async def test_offsets_and_membership_survive_restart(tmp_path, autojump_clock,
         admin.delete_groups(coord.groups, coord.offsets, ["gone"])
         nursery.cancel_scope.cancel()
     if shutdown_cleanly:
-        await replicas.shutdown()
+        await node.replicas.shutdown()
 
-    reloaded = make_replicas(config)
-    assert reloaded.store.get(OFFSETS_TOPIC).internal
+    reloaded = make_node(config)
+    assert reloaded.metadata.topic(OFFSETS_TOPIC).internal
     async with trio.open_nursery() as nursery:
-        coord = GroupCoordinator(config, reloaded, trio_wall_clock)
+        coord = GroupCoordinator(config, reloaded.internal.offsets, trio_wall_clock)
         await nursery.start(coord.run)
         assert fetched(coord) == {("t", 0): 11, ("t", 1): 13}
         # "solo" lost its last offset and had no metadata: it is gone, as in Kafka.

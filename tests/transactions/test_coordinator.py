@@ -24,7 +24,7 @@ from broker.transactions.state import TxnState
 from protocol import records
 from protocol.errors import ErrorCode as E
 from protocol.errors import KafkaApiError
-from tests.coordinator.conftest import make_config, make_replicas, trio_wall_clock
+from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
 
 S = TxnState
 T0, T1 = ("t", 0), ("t", 1)
@@ -32,7 +32,7 @@ TIMEOUT_MS = 60_000
 
 
 class Broker:
-    """A ReplicaManager with both coordinators, restartable over the same directory."""
+    """A single-node broker core with both coordinators, restartable over the same directory."""
 
     def __init__(self, tmp_path: Path, nursery: trio.Nursery, **overrides: str) -> None:
         self.config = make_config(tmp_path, transaction_state_log_num_partitions="3",
@@ -42,12 +42,14 @@ class Broker:
         self.scopes: list[trio.CancelScope] = []
 
     async def start(self) -> None:
-        self.replicas = make_replicas(self.config)
-        if "t" not in self.replicas.store.topics:
-            await self.replicas.create_topic("t", 2, {})
-        self.groups = GroupCoordinator(self.config, self.replicas, trio_wall_clock)
-        self.txns = TransactionCoordinator(self.config, self.replicas, self.groups,
-                                           trio_wall_clock, self._allocate)
+        self.node = make_node(self.config)
+        self.replicas = self.node.replicas
+        if self.node.metadata.topic("t") is None:
+            await self.node.admin.create_topic("t", 2, 1, {})
+        self.groups = GroupCoordinator(self.config, self.node.internal.offsets, trio_wall_clock)
+        self.txns = TransactionCoordinator(self.config, self.node.internal.transactions,
+                                           self.groups, self.replicas.append_local,
+                                           self._allocate, trio_wall_clock)
         scope = trio.CancelScope()
         self.scopes.append(scope)
 
@@ -75,7 +77,7 @@ class Broker:
         data = records.build_batch([(None, value)], timestamp=trio_wall_clock(), producer_id=pid,
                                    producer_epoch=epoch, base_sequence=seq,
                                    attributes=records.ATTR_TRANSACTIONAL)
-        return self.replicas.append(tp, bytearray(data)).first_offset
+        return self.replicas.append_local(tp, bytearray(data)).first_offset
 
 
 async def _run_both(groups, txns, task_status) -> None:

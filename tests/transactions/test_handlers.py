@@ -24,19 +24,21 @@ from broker.metrics import BrokerMetrics
 from broker.transactions import TransactionCoordinator
 from protocol.api import SUPPORTED, RequestHeader
 from protocol.errors import ErrorCode as E
-from tests.coordinator.conftest import make_config, make_replicas, trio_wall_clock
+from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
 
 
 @pytest.fixture
 async def ctx(tmp_path, nursery) -> BrokerContext:
     config = make_config(tmp_path, transaction_state_log_num_partitions="2")
-    replicas = make_replicas(config)
-    await replicas.create_topic("t", 2, {})
-    groups = GroupCoordinator(config, replicas, trio_wall_clock)
-    txns = TransactionCoordinator(config, replicas, groups, trio_wall_clock)
+    node = make_node(config)
+    await node.admin.create_topic("t", 2, 1, {})
+    groups = GroupCoordinator(config, node.internal.offsets, trio_wall_clock)
+    txns = TransactionCoordinator(config, node.internal.transactions, groups,
+                                  node.replicas.append_local, node.admin.allocate_producer_id,
+                                  trio_wall_clock)
     await nursery.start(groups.run)
     await nursery.start(txns.run)
-    return BrokerContext(config, replicas.store, replicas, BrokerMetrics(), 0, "127.0.0.1", 9092,
+    return BrokerContext(config, node.metadata, node.replicas, node.admin, BrokerMetrics(), 0,
                          groups, txns)
 
 

@@ -1,0 +1,200 @@
+"""The fetch path: local reads, remote-tier reads and the delayed-fetch wait.
+
+Theory of operation: read every requested partition once. If the result
+already has min_bytes, or an error, or the client would not wait, answer.
+Otherwise park in the delayed-fetch purgatory until a partition's data
+becomes readable (a consumer is woken by its high watermark advancing, a
+follower by the leader's log end advancing) or max_wait_ms passes, then
+read again. A wake-up comes at once, so end-to-end latency is the time to
+append plus one read, not the max wait.
+
+Tiered partitions: a consumer fetch below the local log start reads from the
+remote tier. Unlike Kafka <= 4.1 (KAFKA-14915), every partition of the request
+that needs remote data gets it: the reads run concurrently, each within its
+share of fetch.max.bytes, and the response waits for them at most
+remote.fetch.max.wait.ms (KIP-1018). A partition whose remote read did not
+finish by then is answered empty without error (its high watermark tells the
+client there is more), and the client's retry joins the read still in flight.
+A follower gets OFFSET_MOVED_TO_TIERED_STORAGE and rebuilds from the tier.
+
+Error handling: every partition's outcome is a value (an error code in its
+result); one partition's error never fails the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocol import records
+from protocol.errors import ErrorCode, KafkaApiError
+
+if TYPE_CHECKING:
+    from replication.replica_manager import ReplicaManager
+
+# Kafka's replica id of an ordinary consumer (any negative id is one).
+CONSUMER_REPLICA_ID = -1
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    """One partition a fetch asks for."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    # Set when the request already fails this partition (e.g. an unknown topic id).
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(slots=True)
+class FetchParams:
+    partitions: list[FetchPartition]
+    max_wait_ms: int = 0
+    min_bytes: int = 1
+    max_bytes: int = 50 * 1024 * 1024
+    read_committed: bool = False
+    replica_id: int = CONSUMER_REPLICA_ID
+
+    @property
+    def is_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """What one partition of the fetch answers."""
+
+    error: ErrorCode = ErrorCode.NONE
+    records: bytes = b""
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    # read_committed only: aborted transactions (objects with producer_id and
+    # first_offset) overlapping ``records``; None for read_uncommitted.
+    aborted: list[Any] | None = None
+    # Whether the data came from the remote tier (its aborted list is final).
+    remote: bool = field(default=False)
+
+
+async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResult]:
+    """Answer a fetch: one result per requested partition, in request order."""
+    deadline = trio.current_time() + max(params.max_wait_ms, 0) / 1000
+    keys = [(p.topic, p.partition) for p in params.partitions]
+    purgatory = (replicas.delayed_fetch_followers if params.is_follower
+                 else replicas.delayed_fetch_consumers)
+    while True:
+        results, total, any_error, remote = _read_local(replicas, params)
+        if remote:
+            got, remote_error = await _read_remote(replicas, params, results, remote, total)
+            total += got
+            any_error = any_error or remote_error
+        if (total >= params.min_bytes or any_error or remote
+                or trio.current_time() >= deadline):
+            break
+        await purgatory.wait(keys, deadline)
+    _fill_offsets(replicas, params, results)
+    return results
+
+
+def _read_local(replicas: ReplicaManager, params: FetchParams
+                ) -> tuple[list[FetchResult], int, bool, list[int]]:
+    """One local pass; returns results, bytes, whether any error, and the
+    indexes of partitions that need the remote tier."""
+    results: list[FetchResult] = []
+    total = 0
+    any_error = False
+    remote: list[int] = []
+    consumer = not params.is_follower
+    for i, p in enumerate(params.partitions):
+        if p.error:
+            results.append(FetchResult(p.error))
+            any_error = True
+            continue
+        budget = min(p.max_bytes, max(params.max_bytes - total, 0))
+        try:
+            part = replicas.partition((p.topic, p.partition))
+            replicas.check_leader_epoch(part, p.current_leader_epoch)
+            _, got = replicas.read((p.topic, p.partition), p.offset, budget,
+                                   params.read_committed, min_one_batch=total == 0)
+        except KafkaApiError as exc:
+            results.append(FetchResult(exc.code))
+            if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
+                    and replicas.remote is not None):
+                remote.append(i)
+            else:
+                any_error = True
+            continue
+        results.append(FetchResult(records=got.data))
+        total += len(got.data)
+    return results, total, any_error, remote
+
+
+async def _read_remote(replicas: ReplicaManager, params: FetchParams,
+                       results: list[FetchResult], remote: list[int],
+                       total: int) -> tuple[int, bool]:
+    """Read every remote partition concurrently; fills ``results`` in place,
+    and for read_committed the partitions' aborted transactions from the
+    remote transaction indexes.
+
+    Returns:
+        (bytes read, whether any partition got an error).
+    """
+    rlm = replicas.remote
+    assert rlm is not None
+    deadline = trio.current_time() + replicas.config["remote.fetch.max.wait.ms"] / 1000
+    budget = max(params.max_bytes - total, 0)
+    jobs = []
+    for n, i in enumerate(remote):
+        share = min(params.partitions[i].max_bytes, budget)
+        budget -= share
+        jobs.append((i, share, total == 0 and n == 0))
+    errors = []
+
+    async def one(i: int, share: int, min_one: bool) -> None:
+        p = params.partitions[i]
+        tp = (p.topic, p.partition)
+        try:
+            data = await rlm.read(tp, p.offset, share, min_one, deadline)
+            result = FetchResult(records=data or b"", remote=True)
+            if params.read_committed and data:
+                last = max(h.last_offset for h in records.iter_headers(data))
+                result.aborted = await rlm.collect_aborted(tp, p.offset, last + 1)
+            results[i] = result
+        except KafkaApiError as exc:
+            results[i] = FetchResult(exc.code)
+            errors.append(exc.code)
+
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            nursery.start_soon(one, *job)
+    return sum(len(results[i].records) for i in remote), bool(errors)
+
+
+def _fill_offsets(replicas: ReplicaManager, params: FetchParams,
+                  results: list[FetchResult]) -> None:
+    """Every result's high watermark, LSO, log start and (read_committed) aborted list."""
+    for p, result in zip(params.partitions, results, strict=True):
+        part = replicas.partitions.get((p.topic, p.partition))
+        if part is None:
+            continue
+        result.high_watermark = part.high_watermark
+        result.last_stable_offset = part.last_stable_offset
+        result.log_start_offset = part.log.log_start_offset
+        if params.read_committed and not result.remote:
+            result.aborted = _local_aborted(part.log, p.offset, result.records)
+        elif params.read_committed and result.aborted is None:
+            result.aborted = []
+
+
+def _local_aborted(lg: Any, offset: int, data: bytes) -> list[Any]:
+    last = -1
+    for header in records.iter_headers(data):
+        last = header.last_offset
+    if last < offset:
+        return []
+    return list(lg.collect_aborted(offset, last + 1))
