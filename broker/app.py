@@ -23,7 +23,9 @@ from broker.server import serve
 from broker.tiering import build_tiering
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
+from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
+from replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger(__name__)
 
@@ -32,25 +34,48 @@ class ListenError(Exception):
     """The listener address cannot be bound (in use, not local, no permission)."""
 
 
+def _metrics(replicas: ReplicaManager) -> BrokerMetrics:
+    metrics = BrokerMetrics()
+    metrics.add_log_sizes(lambda: [(t, p, part.log.size)
+                                   for (t, p), part in list(replicas.partitions.items())])
+    return metrics
+
+
 def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
     """Open the metadata store and every log (recovery happens here)."""
     node = open_single_node(config)
     replicas = node.replicas
-    metrics = BrokerMetrics()
-    metrics.add_log_sizes(lambda: [(t, p, part.log.size)
-                                   for (t, p), part in list(replicas.partitions.items())])
     groups = GroupCoordinator(config, node.internal.offsets)
     transactions = TransactionCoordinator(config, node.internal.transactions, groups,
                                           replicas.append_local, node.admin.allocate_producer_id)
-    ctx = BrokerContext(config, node.metadata, replicas, node.admin, metrics, config["node.id"],
-                        groups, transactions)
+    ctx = BrokerContext(config, node.metadata, replicas, node.admin, _metrics(replicas),
+                        config["node.id"], groups, transactions)
     return ctx, node
 
 
+async def build_cluster(config: BrokerConfig) -> BrokerContext:
+    """Connect to ZooKeeper and open the logs of the topics it knows.
+
+    Group and transaction coordinators and tiered storage are not run in
+    cluster mode yet: FindCoordinator answers COORDINATOR_NOT_AVAILABLE until
+    their internal topics follow partition leadership.
+    """
+    node = await open_cluster_node(config)
+    if config["remote.log.storage.system.enable"]:
+        log.warning("tiered storage is not available in cluster mode yet; running without it")
+    return BrokerContext(config, node.metadata, node.replicas, node.admin,
+                         _metrics(node.replicas), config["node.id"], cluster=node)
+
+
 async def run(config: BrokerConfig) -> None:
-    ctx, node = build(config)
-    tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
-                            ctx.metrics.registry)
+    tiering = None
+    node: SingleNode | None = None
+    if config["zookeeper.connect"]:
+        ctx = await build_cluster(config)
+    else:
+        ctx, node = build(config)
+        tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
+                                ctx.metrics.registry)
     metrics_port = config["tierd.metrics.port"]
     metrics_url = "off"
     if metrics_port >= 0:
@@ -72,18 +97,26 @@ async def run(config: BrokerConfig) -> None:
                 raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
             bound_port = listeners[0].socket.getsockname()[1]
             adv_host, adv_port = config.advertised
-            if adv_port == 0:
-                node.admin.set_endpoint(adv_host, bound_port)
+            adv_port = adv_port or bound_port
+            if node is not None:
+                node.admin.set_endpoint(adv_host, adv_port)
+            if ctx.cluster is not None:
+                await ctx.cluster.start(adv_host, adv_port)
+                await nursery.start(ctx.cluster.run)
             log.info("tierd listening", host=host, port=bound_port, node_id=ctx.node_id,
                      cluster_id=ctx.cluster_id, log_dir=config.log_dir, metrics=metrics_url)
             print(f"tierd listening on {host}:{bound_port} (metrics: {metrics_url})",
                   file=sys.stderr, flush=True)
             async for signum in signals:
                 log.info("shutting down", signal=signal.Signals(signum).name)
+                if ctx.cluster is not None and config["controlled.shutdown.enable"]:
+                    await controlled_shutdown(ctx.cluster)
                 nursery.cancel_scope.cancel()
                 break
     with trio.CancelScope(shield=True):
         if tiering is not None:
             await tiering.close()
         await ctx.replicas.shutdown()
+        if ctx.cluster is not None:
+            await ctx.cluster.zk.close()
     log.info("tierd stopped")

@@ -67,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(fmt, config["tierd.log.level"])
     from broker.app import ListenError, run
     from replication.metadata import MetaPropertiesError
+    from replication.zookeeper import ZkConfigError
 
     try:
         trio.run(run, config)
-    except (ListenError, MetaPropertiesError) as exc:
+    except (ListenError, MetaPropertiesError, ZkConfigError) as exc:
         print(f"tierd: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:

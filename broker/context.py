@@ -9,6 +9,7 @@ from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
+from replication.cluster import ClusterNode
 from replication.metadata_cache import MetadataCache
 from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
@@ -27,6 +28,8 @@ class BrokerContext:
     node_id: int
     groups: GroupCoordinator | None = None
     transactions: TransactionCoordinator | None = None
+    # Cluster mode (zookeeper.connect set); None on a single node.
+    cluster: ClusterNode | None = None
 
     @property
     def cluster_id(self) -> str:

@@ -120,6 +120,42 @@ _DEFS: list[ConfigDef] = [
               "__transaction_state (cluster mode).", at_least=1),
     ConfigDef("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of "
               "__transaction_state (cluster mode).", at_least=1),
+    # Cluster mode (ZooKeeper) and replication.
+    ConfigDef("zookeeper.connect", T.STRING, None, "ZooKeeper servers (host:port,...[/chroot]); "
+              "set = cluster mode."),
+    ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout.",
+              at_least=1),
+    ConfigDef("zookeeper.connection.timeout.ms", T.INT, None, "How long to wait for ZooKeeper "
+              "at start (default: the session timeout).", at_least=1),
+    ConfigDef("num.replica.fetchers", T.INT, 1, "Fetcher tasks per source broker.", at_least=1),
+    ConfigDef("replica.lag.time.max.ms", T.LONG, 30000, "A follower not caught up for this "
+              "long leaves the ISR.", at_least=1),
+    ConfigDef("replica.fetch.max.bytes", T.INT, 1048576, "Bytes per partition a follower "
+              "asks for.", at_least=0),
+    ConfigDef("replica.fetch.response.max.bytes", T.INT, 10485760, "Bytes per follower "
+              "fetch response.", at_least=0),
+    ConfigDef("replica.fetch.wait.max.ms", T.INT, 500, "How long a follower fetch waits "
+              "for data.", at_least=0),
+    ConfigDef("replica.fetch.min.bytes", T.INT, 1, "Bytes a follower fetch waits for.",
+              at_least=1),
+    ConfigDef("replica.fetch.backoff.ms", T.INT, 1000, "Backoff after a follower fetch "
+              "error.", at_least=0),
+    ConfigDef("replica.socket.timeout.ms", T.INT, 30000, "Timeout of a follower fetch.",
+              at_least=1),
+    ConfigDef("controller.socket.timeout.ms", T.INT, 30000, "Timeout of a controller "
+              "request.", at_least=1),
+    ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True, "Move leaderships away before "
+              "stopping."),
+    ConfigDef("controlled.shutdown.max.retries", T.INT, 3, "Controlled shutdown attempts.",
+              at_least=0),
+    ConfigDef("controlled.shutdown.retry.backoff.ms", T.LONG, 5000, "Backoff between "
+              "controlled shutdown attempts.", at_least=0),
+    ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "Move leadership back to "
+              "preferred replicas."),
+    ConfigDef("leader.imbalance.check.interval.seconds", T.LONG, 300, "Period of the "
+              "preferred leader check.", at_least=1),
+    ConfigDef("leader.imbalance.per.broker.percentage", T.INT, 10, "Imbalance that triggers "
+              "preferred leader election.", at_least=0),
     ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
@@ -137,8 +173,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "process.roles",
     "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
-    "listener.security.protocol.map", "zookeeper.connect", "zookeeper.connection.timeout.ms",
-    "num.replica.fetchers",
+    "listener.security.protocol.map",
 })
 
 ENV_PREFIX = "TIERD_"
@@ -238,6 +273,8 @@ def _derive(values: dict[str, Any]) -> None:
         values["log.flush.interval.ms"] = values["log.flush.scheduler.interval.ms"]
     if values["broker.id"] is not None and values["broker.id"] >= 0:
         values["node.id"] = values["broker.id"]
+    if values["zookeeper.connection.timeout.ms"] is None:
+        values["zookeeper.connection.timeout.ms"] = values["zookeeper.session.timeout.ms"]
 
 
 def read_properties(path: str) -> dict[str, str]:

@@ -20,6 +20,8 @@ from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer
 
+from protocol import broker_apis
+
 _HDR = struct.Struct(">hhih")
 _RESP_HDR = struct.Struct(">ii")
 
@@ -79,6 +81,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),
         _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 4),
         _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 4),
+        # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
+        *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
     )
 }
 

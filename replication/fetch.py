@@ -17,6 +17,12 @@ finish by then is answered empty without error (its high watermark tells the
 client there is more), and the client's retry joins the read still in flight.
 A follower gets OFFSET_MOVED_TO_TIERED_STORAGE and rebuilds from the tier.
 
+Followers (a replica id >= 0) read up to the leader's log end, not the high
+watermark. Their fetch offset tells the leader what they have (it moves the
+high watermark and the ISR), and with Fetch v12+ their last fetched epoch is
+checked against the leader's epoch history first: where it diverges the
+answer is a diverging epoch and no data, and the follower truncates (KIP-320).
+
 Error handling: every partition's outcome is a value (an error code in its
 result); one partition's error never fails the others.
 """
@@ -49,6 +55,8 @@ class FetchPartition:
     current_leader_epoch: int = -1
     # Set when the request already fails this partition (e.g. an unknown topic id).
     error: ErrorCode = ErrorCode.NONE
+    # Followers (Fetch v12+, KIP-320): the epoch of the last batch they have.
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -79,6 +87,9 @@ class FetchResult:
     aborted: list[Any] | None = None
     # Whether the data came from the remote tier (its aborted list is final).
     remote: bool = field(default=False)
+    # Followers: (epoch, end offset) where the follower's log left the leader's;
+    # it truncates there before fetching again (KIP-320).
+    diverging_epoch: tuple[int, int] | None = None
 
 
 async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResult]:
@@ -117,7 +128,12 @@ def _read_local(replicas: ReplicaManager, params: FetchParams
             continue
         budget = min(p.max_bytes, max(params.max_bytes - total, 0))
         try:
-            part = replicas.partition((p.topic, p.partition))
+            if params.is_follower:
+                result = _read_for_follower(replicas, params.replica_id, p, budget, total == 0)
+                results.append(result)
+                total += len(result.records)
+                continue
+            part = replicas.leader_partition((p.topic, p.partition))
             replicas.check_leader_epoch(part, p.current_leader_epoch)
             _, got = replicas.read((p.topic, p.partition), p.offset, budget,
                                    params.read_committed, min_one_batch=total == 0)
@@ -132,6 +148,27 @@ def _read_local(replicas: ReplicaManager, params: FetchParams
         results.append(FetchResult(records=got.data))
         total += len(got.data)
     return results, total, any_error, remote
+
+
+def _read_for_follower(replicas: ReplicaManager, replica_id: int, p: FetchPartition,
+                       budget: int, min_one_batch: bool) -> FetchResult:
+    """A follower's read: divergence check, data up to the log end, and its
+    progress recorded (high watermark, ISR).
+
+    Raises:
+        KafkaApiError: not leader, fenced epoch, offset out of range.
+    """
+    tp = (p.topic, p.partition)
+    part = replicas.leader_partition(tp)
+    replicas.check_leader_epoch(part, p.current_leader_epoch)
+    lg = part.log
+    if p.last_fetched_epoch >= 0:
+        epoch, end = lg.epochs.end_offset_for(p.last_fetched_epoch, lg.end_offset)
+        if epoch != p.last_fetched_epoch or end < p.offset:
+            return FetchResult(diverging_epoch=(epoch, end))
+    got = lg.read(p.offset, budget, lg.end_offset, min_one_batch)
+    replicas.update_follower(tp, replica_id, p.offset)
+    return FetchResult(records=got.data)
 
 
 async def _read_remote(replicas: ReplicaManager, params: FetchParams,

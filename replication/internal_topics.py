@@ -36,6 +36,7 @@ log = structlog.get_logger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC, REMOTE_LOG_METADATA_TOPIC})
 
 
 def java_string_hash(text: str) -> int:

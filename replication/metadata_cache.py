@@ -46,6 +46,8 @@ class PartitionState:
     replicas: list[int]
     isr: list[int]
     offline: list[int] = field(default_factory=list)
+    # The partition state's version (ZooKeeper znode version), for AlterPartition.
+    partition_epoch: int = 0
 
 
 class MetadataCache:

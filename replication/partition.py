@@ -28,7 +28,11 @@ class Partition:
     isr: list[int] = field(default_factory=list)
     # The log end offset each follower last fetched from (leader only).
     follower_end_offsets: dict[int, int] = field(default_factory=dict)
+    # trio time at which each follower last fetched from the log end (leader only).
+    follower_caught_up_at: dict[int, float] = field(default_factory=dict)
     high_watermark: int = 0
+    # Version of the partition's state (ZooKeeper znode), sent with AlterPartition.
+    partition_epoch: int = 0
 
     @property
     def tp(self) -> tuple[str, int]:

@@ -22,7 +22,7 @@ producers when the high watermark advances.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import structlog
@@ -74,6 +74,8 @@ class ReplicaManager:
         self._nursery: trio.Nursery | None = None
         # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
         self.remote: RemoteLogManager | None = None
+        # Told about partitions whose ISR may change (set by cluster mode).
+        self.isr_listener: Callable[[TopicPartition], None] | None = None
         logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     # -- lifecycle --------------------------------------------------------------
@@ -90,13 +92,84 @@ class ReplicaManager:
             self.partitions[tp] = part
         part.leader_id = self.node_id
         part.leader_epoch = state.leader_epoch
+        part.partition_epoch = state.partition_epoch
         part.replicas = list(state.replicas)
         part.isr = list(state.isr)
         part.follower_end_offsets = {}
+        part.follower_caught_up_at = {}
+        # Like Kafka: the new epoch starts at the log end, so OffsetForLeaderEpoch
+        # and diverging-epoch answers are right before the first append.
+        part.log.epochs.assign(state.leader_epoch, part.log.end_offset)
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
         self._start_tiering(part)
         return part
+
+    def become_follower(self, tp: TopicPartition, topic_id: object, config: LogConfig,
+                        state: PartitionState) -> Partition:
+        """Follow ``state.leader`` in ``state.leader_epoch``, opening the log if needed.
+
+        The caller (the replica fetcher manager) starts fetching; requests
+        parked here as leader are woken and find the partition moved.
+        """
+        part = self.partitions.get(tp)
+        if part is None:
+            lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
+            part = Partition(tp[0], tp[1], topic_id, lg, state.leader)  # type: ignore[arg-type]
+            part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
+                                      lg.end_offset)
+            self.partitions[tp] = part
+        part.leader_id = state.leader
+        part.leader_epoch = state.leader_epoch
+        part.partition_epoch = state.partition_epoch
+        part.replicas = list(state.replicas)
+        part.isr = list(state.isr)
+        part.follower_end_offsets = {}
+        part.high_watermark = min(part.high_watermark, part.log.end_offset)
+        if self.remote is not None:
+            self.remote.stop_partition(tp)
+        self.delayed_produce.notify(tp)
+        self.delayed_fetch_consumers.notify(tp)
+        self.delayed_fetch_followers.notify(tp)
+        return part
+
+    def append_as_follower(self, tp: TopicPartition, data: bytearray) -> int:
+        """Append batches fetched from the leader (offsets and epochs kept); returns LEO.
+
+        Raises:
+            KafkaApiError: unknown partition, or batches that do not follow the log.
+        """
+        part = self.partition(tp)
+        end = part.log.append_as_follower(data)
+        if part.log.flush_due():
+            self._schedule_flush(tp, part.log)
+        return end
+
+    def truncate(self, tp: TopicPartition, offset: int) -> None:
+        """Follower: drop everything at or above ``offset`` (divergence from the leader)."""
+        part = self.partition(tp)
+        if offset < part.log.end_offset:
+            log.info("truncating follower log", topic=tp[0], partition=tp[1],
+                     from_offset=part.log.end_offset, to_offset=offset,
+                     leader_epoch=part.leader_epoch)
+            part.log.truncate_to(offset)
+        part.high_watermark = min(part.high_watermark, part.log.end_offset)
+
+    def truncate_fully(self, tp: TopicPartition, offset: int) -> None:
+        """Follower: empty the log and restart it at the leader's log start."""
+        part = self.partition(tp)
+        part.log.truncate_fully_and_start_at(offset)
+        part.high_watermark = offset
+
+    def set_follower_high_watermark(self, tp: TopicPartition, leader_hw: int) -> None:
+        """Follower: the leader's high watermark, capped at what we have."""
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        hw = min(leader_hw, part.log.end_offset)
+        if hw > part.high_watermark:
+            part.high_watermark = hw
+            self.delayed_fetch_consumers.notify(tp)
 
     async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
@@ -161,6 +234,18 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]}")
         return part
 
+    def leader_partition(self, tp: TopicPartition) -> Partition:
+        """The partition if this broker leads it.
+
+        Raises:
+            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER.
+        """
+        part = self.partition(tp)
+        if not part.is_leader(self.node_id):
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                f"{tp[0]}-{tp[1]}: leader is {part.leader_id}")
+        return part
+
     def leader_epoch(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return part.leader_epoch if part is not None else 0
@@ -198,10 +283,7 @@ class ReplicaManager:
                 NOT_ENOUGH_REPLICAS (acks=all with the ISR below
                 min.insync.replicas), or invalid records.
         """
-        part = self.partition(tp)
-        if not part.is_leader(self.node_id):
-            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                f"{tp[0]}-{tp[1]}: leader is {part.leader_id}")
+        part = self.leader_partition(tp)
         min_isr = part.log.config.min_insync_replicas
         if required_acks == ACKS_ALL and len(part.isr) < min_isr:
             raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -265,13 +347,23 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None:
-        """As leader: ``replica`` has everything below ``end_offset`` (from its fetch)."""
+        """As leader: ``replica`` has everything below ``end_offset`` (from its fetch).
+
+        A follower at the log end counts as caught up now (ISR shrink looks at
+        how long ago that was); one outside the ISR that reached the high
+        watermark is reported to ``isr_listener`` for expansion.
+        """
         part = self.partitions.get(tp)
         if part is None or not part.is_leader(self.node_id):
             return
         part.follower_end_offsets[replica] = end_offset
+        if end_offset >= part.log.end_offset:
+            part.follower_caught_up_at[replica] = trio.current_time()
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
+        if (replica not in part.isr and end_offset >= part.high_watermark
+                and self.isr_listener is not None):
+            self.isr_listener(tp)
 
     def update_isr(self, tp: TopicPartition, isr: list[int]) -> None:
         """As leader: the ISR changed (already made durable by the caller)."""
@@ -314,7 +406,7 @@ class ReplicaManager:
         Raises:
             KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
         """
-        part = self.partition(tp)
+        part = self.leader_partition(tp)
         limit = part.last_stable_offset if committed_only else part.high_watermark
         if offset > part.high_watermark and offset <= part.log.end_offset:
             return part, ReadResult(b"", offset)
@@ -351,7 +443,7 @@ class ReplicaManager:
         Raises:
             KafkaApiError: unknown partition, fenced epoch, bad timestamp, remote error.
         """
-        part = self.partition(tp)
+        part = self.leader_partition(tp)
         self.check_leader_epoch(part, current_leader_epoch)
         return await list_offsets.lookup(part, self.remote, timestamp, version, committed)
 
@@ -368,7 +460,7 @@ class ReplicaManager:
         Returns:
             The new low watermark.
         """
-        part = self.partition(tp)
+        part = self.leader_partition(tp)
         hw = part.high_watermark
         return part.log.delete_records(hw if offset == -1 else offset, hw)
 

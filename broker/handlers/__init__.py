@@ -20,6 +20,7 @@ from broker.handlers import (
     fetch,
     groups,
     init_producer_id,
+    inter_broker,
     leader_epoch,
     list_offsets,
     metadata,
@@ -34,5 +35,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions):
+                transactions, inter_broker):
     HANDLERS.update(_module.HANDLERS)

@@ -67,7 +67,8 @@ def _resolve(ctx: BrokerContext, req: Any, v: int
             name, err, topic_id = t.topic, ErrorCode.NONE, None
         for p in t.partitions:
             wanted.append(FetchPartition(name, p.partition, p.fetch_offset, p.partition_max_bytes,
-                                         p.current_leader_epoch, err))
+                                         p.current_leader_epoch, err,
+                                         getattr(p, "last_fetched_epoch", -1)))
             topic_ids.append(topic_id)
     return wanted, topic_ids
 
@@ -87,10 +88,15 @@ def _build(ctx: BrokerContext, resp: Any, params: FetchParams,
         if params.read_committed:
             aborted = [aborted_cls(producer_id=t.producer_id, first_offset=t.first_offset)
                        for t in r.aborted or ()]
+        extra = {}
+        if r.diverging_epoch is not None:
+            epoch, end = r.diverging_epoch
+            extra["diverging_epoch"] = part_cls.EpochEndOffset(epoch=epoch, end_offset=end)
         by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
             partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records))
+            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records,
+            **extra))
     topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
               for (name, tid), parts in by_topic.items()]
     return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)

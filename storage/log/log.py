@@ -395,6 +395,10 @@ class Log:
 
     # -- flush --------------------------------------------------------------
 
+    def flush_due(self) -> bool:
+        """Whether the flush policy (flush.messages / flush.ms, a roll) wants an fsync now."""
+        return self._flush_due(self._clock())
+
     def _flush_due(self, now: int) -> bool:
         return (self._rolled_since_flush
                 or self._unflushed_messages >= self.config.flush_messages
@@ -596,6 +600,11 @@ class Log:
         self.epochs.truncate_from_end(offset)
         self._rebuild_producer_state()
         self.recovery_point = min(self.recovery_point, offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower behind the leader's start)."""
+        self._truncate_fully_and_start_at(offset)
+        self.log_start_offset = offset
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:

@@ -1,0 +1,408 @@
+"""The cluster controller (ZooKeeper mode): one broker at a time decides who leads.
+
+Theory of operation
+-------------------
+Every broker runs ``Controller.run``: it tries to create the ephemeral
+``/controller`` znode; the one that succeeds bumps ``/controller_epoch``
+(compare-and-set) and acts as controller until its ZooKeeper session ends;
+the others wait for the znode to go away and try again.
+
+The acting controller keeps an in-memory copy of what it decides from —
+live brokers (with their epochs), topic assignments, each partition's
+leader/epoch/ISR with its znode version — and is the only writer of
+partition state: every change is written with a compare-and-set on the
+version it read, then sent to the brokers (LeaderAndIsr to the replicas of
+the changed partitions, UpdateMetadata to every live broker) through the
+``ControllerChannel``, which keeps one ordered queue per broker.
+
+What makes it act (each under one lock, so one change is handled at a time):
+- becoming controller: read everything, elect leaders for partitions that
+  have none (or a dead one), then send the full state to every broker;
+- the set of live brokers changes (a watch on /brokers/ids): partitions led
+  by a lost broker get a new leader from their live ISR, the lost broker
+  leaves every ISR; a new (or restarted) broker gets the full metadata and
+  its partitions, and offline partitions it can lead are elected;
+- topics are created, grown or marked for deletion (watches on
+  /brokers/topics, each topic, /admin/delete_topics);
+- a leader asks to change its ISR (AlterPartition) or a broker asks to shut
+  down (ControlledShutdown);
+- periodically, preferred replicas get their leadership back
+  (auto.leader.rebalance.enable).
+
+Error handling: a compare-and-set that fails means our copy is stale: the
+partition is re-read and the event handled again. Losing the ZooKeeper
+session ends the controller role (``resign``); the next controller starts
+from ZooKeeper, which holds everything that was decided.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import structlog
+import trio
+
+from config import BrokerConfig
+from replication import elections
+from replication.controller_channel import ControllerChannel
+from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
+from replication.metadata_cache import BrokerEndpoint
+from replication.zookeeper import ZkClient
+
+log = structlog.get_logger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    """What the acting controller knows."""
+
+    epoch: int = 0
+    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    topic_ids: dict[str, object] = field(default_factory=dict)
+    assignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    states: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
+    unclean: dict[str, bool] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+
+    @property
+    def live(self) -> set[int]:
+        return set(self.brokers) - self.shutting_down
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.assignments if tp[0] == topic)
+
+
+class Controller:
+    def __init__(self, config: BrokerConfig, zk: ZkClient, channel: ControllerChannel) -> None:
+        self.config = config
+        self.zk = zk
+        self.channel = channel
+        self.node_id: int = config["node.id"]
+        self.ctx = ControllerContext()
+        self.active = False
+        self.lock = trio.Lock()
+        channel.resync = self._resync
+
+    def _resync(self, broker: int) -> None:
+        self.channel.send_update_metadata(self.ctx, [broker], None)
+        self.channel.send_leader_and_isr(self.ctx, broker, self._replica_partitions(broker))
+
+    # -- election --------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Compete for the controller role forever."""
+        task_status.started()
+        while True:
+            if await self.zk.try_become_controller(self.node_id):
+                try:
+                    await self._act()
+                except Exception:
+                    log.exception("controller failed; resigning")
+                finally:
+                    await self._resign()
+            await self.zk.wait_controller_gone()
+
+    async def _act(self) -> None:
+        async with trio.open_nursery() as nursery:
+            async with self.lock:
+                self.ctx = ControllerContext(epoch=await self.zk.increment_controller_epoch())
+                self.active = True
+                log.info("became controller", node_id=self.node_id, epoch=self.ctx.epoch)
+                await self._load()
+            nursery.start_soon(self._watch_brokers)
+            nursery.start_soon(self._watch_topics)
+            nursery.start_soon(self._watch_deletions)
+            nursery.start_soon(self._rebalance_loop)
+            await self.zk.wait_controller_lost(self.node_id)
+            nursery.cancel_scope.cancel()
+
+    async def _resign(self) -> None:
+        if self.active:
+            log.info("resigned as controller", node_id=self.node_id, epoch=self.ctx.epoch)
+        self.active = False
+        self.channel.clear()
+
+    # -- loading ---------------------------------------------------------------
+
+    async def _load(self) -> None:
+        brokers = await self.zk.get_brokers()
+        self.ctx.brokers = {b.node_id: b.endpoint for b in brokers}
+        self.ctx.broker_epochs = {b.node_id: b.epoch for b in brokers}
+        self.channel.set_brokers(self.ctx.brokers)
+        for topic in await self.zk.get_topics():
+            await self._load_topic(topic)
+        changed = [tp for tp in self.ctx.assignments if await self._ensure_leader(tp)]
+        log.info("controller loaded", brokers=sorted(self.ctx.brokers),
+                 partitions=len(self.ctx.assignments), elected=len(changed))
+        self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
+        for broker in self.ctx.brokers:
+            self.channel.send_leader_and_isr(self.ctx, broker, self._replica_partitions(broker))
+        await self._process_deletions()
+
+    async def _load_topic(self, topic: str) -> list[TopicPartition]:
+        """Read a topic's assignment, config and partition states; returns new partitions."""
+        assignment = await self.zk.get_topic_assignment(topic)
+        if assignment is None:
+            return []
+        self.ctx.topic_ids[topic] = assignment.topic_id
+        config = await self.zk.get_topic_config(topic)
+        default_unclean = self.config["unclean.leader.election.enable"]
+        self.ctx.unclean[topic] = str(config.get("unclean.leader.election.enable",
+                                                 default_unclean)).lower() == "true"
+        added = []
+        for p, replicas in assignment.partitions.items():
+            tp = (topic, p)
+            if tp not in self.ctx.assignments:
+                added.append(tp)
+            self.ctx.assignments[tp] = list(replicas)
+            if tp not in self.ctx.states:
+                got = await self.zk.get_partition_state(topic, p)
+                if got is not None:
+                    self.ctx.states[tp] = got
+        return added
+
+    async def _ensure_leader(self, tp: TopicPartition) -> bool:
+        """Give ``tp`` a state (new partition) or a live leader; True if it changed."""
+        replicas = self.ctx.assignments[tp]
+        current = self.ctx.states.get(tp)
+        if current is None:
+            new = elections.initial_state(replicas, self.ctx.live, self.ctx.epoch)
+            if new is None:
+                return False
+            version = await self.zk.create_partition_state(tp[0], tp[1], new)
+            if version is None:  # someone created it meanwhile: take theirs and retry
+                got = await self.zk.get_partition_state(tp[0], tp[1])
+                if got is not None:
+                    self.ctx.states[tp] = got
+                return await self._ensure_leader(tp) if got is not None else False
+            self.ctx.states[tp] = elections.LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
+                                                         new.controller_epoch, version)
+            return True
+        if current.leader in self.ctx.live:
+            return False
+        new = elections.offline_election(replicas, current, self.ctx.live,
+                                         self.ctx.unclean.get(tp[0], False), self.ctx.epoch)
+        if new is None:
+            if current.leader != NO_LEADER:
+                new = elections.remove_replica(current, current.leader, self.ctx.epoch)
+            if new is None:
+                return False
+            log.warning("partition offline: no live in-sync replica", topic=tp[0],
+                        partition=tp[1], isr=list(current.isr))
+        elif new.isr != current.isr and not set(new.isr) <= set(current.isr):
+            log.warning("unclean leader election", topic=tp[0], partition=tp[1],
+                        leader=new.leader)
+        return await self._write(tp, new)
+
+    async def _write(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
+        """Compare-and-set ``new`` (expecting its version); refresh our copy on conflict."""
+        version = await self.zk.update_partition_state(tp[0], tp[1], new, new.version)
+        if version is None:
+            log.info("partition state changed under us; re-reading", topic=tp[0],
+                     partition=tp[1])
+            got = await self.zk.get_partition_state(tp[0], tp[1])
+            if got is not None:
+                self.ctx.states[tp] = got
+            return False
+        old = self.ctx.states.get(tp)
+        self.ctx.states[tp] = LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
+                                           new.controller_epoch, version)
+        if new.leader != NO_LEADER and (old is None or old.leader_epoch != new.leader_epoch):
+            log.info("leader elected", topic=tp[0], partition=tp[1], leader=new.leader,
+                     leader_epoch=new.leader_epoch, isr=list(new.isr))
+        return True
+
+    def _replica_partitions(self, broker: int) -> list[TopicPartition]:
+        return [tp for tp, replicas in self.ctx.assignments.items() if broker in replicas]
+
+    def _announce(self, changed: list[TopicPartition]) -> None:
+        """LeaderAndIsr to the replicas of ``changed``; UpdateMetadata to everyone."""
+        if not changed:
+            return
+        targets: dict[int, list[TopicPartition]] = {}
+        for tp in changed:
+            for replica in self.ctx.assignments[tp]:
+                if replica in self.ctx.brokers:
+                    targets.setdefault(replica, []).append(tp)
+        for broker, tps in targets.items():
+            self.channel.send_leader_and_isr(self.ctx, broker, tps)
+        self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), changed)
+
+    # -- brokers ---------------------------------------------------------------
+
+    async def _watch_brokers(self) -> None:
+        async for brokers in self.zk.watch_brokers():
+            async with self.lock:
+                await self._on_brokers(brokers)
+
+    async def _on_brokers(self, brokers: list) -> None:
+        now = {b.node_id: b for b in brokers}
+        old_epochs = self.ctx.broker_epochs
+        lost = [b for b in self.ctx.brokers if b not in now or now[b].epoch != old_epochs.get(b)]
+        joined = [b for b in now if b not in self.ctx.brokers or now[b].epoch != old_epochs.get(b)]
+        if not lost and not joined:
+            return
+        log.info("brokers changed", lost=lost, joined=joined, live=sorted(now))
+        for b in lost:
+            self.ctx.brokers.pop(b, None)
+            self.ctx.shutting_down.discard(b)
+        changed: list[TopicPartition] = []
+        for b in lost:
+            for tp in self._replica_partitions(b):
+                state = self.ctx.states.get(tp)
+                if state is None:
+                    continue
+                new = elections.remove_replica(state, b, self.ctx.epoch)
+                if new is not None and await self._write(tp, new):
+                    changed.append(tp)
+        self.ctx.brokers = {i: b.endpoint for i, b in now.items()}
+        self.ctx.broker_epochs = {i: b.epoch for i, b in now.items()}
+        self.channel.set_brokers(self.ctx.brokers)
+        for tp in list(self.ctx.assignments):
+            if await self._ensure_leader(tp) and tp not in changed:
+                changed.append(tp)
+        if joined:
+            self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
+            for b in joined:
+                self.channel.send_leader_and_isr(self.ctx, b, self._replica_partitions(b))
+        self._announce(changed)
+
+    # -- topics ----------------------------------------------------------------
+
+    async def _watch_topics(self) -> None:
+        async for topics in self.zk.watch_topics():
+            async with self.lock:
+                changed: list[TopicPartition] = []
+                for topic in topics:
+                    for tp in await self._load_topic(topic):
+                        if await self._ensure_leader(tp):
+                            changed.append(tp)
+                if changed:
+                    log.info("partitions created", count=len(changed))
+                self._announce(changed)
+
+    async def _watch_deletions(self) -> None:
+        async for _ in self.zk.watch_topic_deletions():
+            async with self.lock:
+                await self._process_deletions()
+
+    async def _process_deletions(self) -> None:
+        for topic in await self.zk.get_topics_to_delete():
+            tps = self.ctx.partitions_of(topic)
+            for tp in tps:
+                state = self.ctx.states.get(tp)
+                if state is not None:
+                    self.ctx.states[tp] = LeaderAndIsr(LEADER_DURING_DELETE, state.leader_epoch,
+                                                       state.isr, self.ctx.epoch, state.version)
+            self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), tps)
+            for broker in self.ctx.brokers:
+                mine = [tp for tp in tps if broker in self.ctx.assignments[tp]]
+                if mine:
+                    self.channel.send_stop_replica(self.ctx, broker, mine, delete=True)
+            await self.zk.delete_topic(topic)
+            for tp in tps:
+                self.ctx.assignments.pop(tp, None)
+                self.ctx.states.pop(tp, None)
+            self.ctx.topic_ids.pop(topic, None)
+            log.info("topic deleted", topic=topic, partitions=len(tps))
+
+    # -- requests from brokers ------------------------------------------------------
+
+    async def alter_partition(self, broker: int, broker_epoch: int, tp: TopicPartition,
+                              leader_epoch: int, partition_epoch: int,
+                              isr: list[int]) -> tuple[str, LeaderAndIsr | None]:
+        """A leader's ISR change. Returns (error name or "", the state now)."""
+        async with self.lock:
+            if not self.active:
+                return "NOT_CONTROLLER", None
+            state = self.ctx.states.get(tp)
+            if state is None or tp not in self.ctx.assignments:
+                return "UNKNOWN_TOPIC_OR_PARTITION", None
+            if state.leader != broker:
+                return "NOT_LEADER_OR_FOLLOWER", state
+            if leader_epoch != state.leader_epoch:
+                return "FENCED_LEADER_EPOCH", state
+            if partition_epoch != state.version:
+                return "INVALID_UPDATE_VERSION", state
+            if broker_epoch >= 0 and broker_epoch != self.ctx.broker_epochs.get(broker, -1):
+                return "STALE_BROKER_EPOCH", state
+            if any(r not in self.ctx.assignments[tp] for r in isr) or broker not in isr:
+                return "INVALID_REQUEST", state
+            if any(r not in self.ctx.live for r in isr if r not in state.isr):
+                return "INELIGIBLE_REPLICA", state
+            new = state.with_isr(isr, self.ctx.epoch)
+            if not await self._write(tp, new):
+                return "INVALID_UPDATE_VERSION", self.ctx.states.get(tp)
+            log.info("isr changed", topic=tp[0], partition=tp[1], old=list(state.isr), new=isr)
+            self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), [tp])
+            return "", self.ctx.states[tp]
+
+    async def controlled_shutdown(self, broker: int, broker_epoch: int
+                                  ) -> tuple[str, list[TopicPartition]]:
+        """Move leaderships off ``broker``; returns (error, partitions it still leads)."""
+        async with self.lock:
+            if not self.active:
+                return "NOT_CONTROLLER", []
+            if broker not in self.ctx.brokers:
+                return "BROKER_NOT_AVAILABLE", []
+            if broker_epoch >= 0 and broker_epoch != self.ctx.broker_epochs.get(broker, -1):
+                return "STALE_BROKER_EPOCH", []
+            self.ctx.shutting_down.add(broker)
+            changed, still = [], []
+            for tp in self._replica_partitions(broker):
+                state = self.ctx.states.get(tp)
+                if state is None:
+                    continue
+                if state.leader == broker:
+                    new = elections.controlled_shutdown_election(
+                        self.ctx.assignments[tp], state, set(self.ctx.brokers),
+                        self.ctx.shutting_down, self.ctx.epoch)
+                    if new is None:
+                        still.append(tp)
+                        continue
+                elif broker in state.isr and len(state.isr) > 1:
+                    new = state.with_isr([r for r in state.isr if r != broker], self.ctx.epoch)
+                else:
+                    continue
+                if await self._write(tp, new):
+                    changed.append(tp)
+            self._announce(changed)
+            log.info("controlled shutdown", broker=broker, moved=len(changed),
+                     still_leading=len(still))
+            return "", still
+
+    # -- preferred leaders --------------------------------------------------------
+
+    async def _rebalance_loop(self) -> None:
+        if not self.config["auto.leader.rebalance.enable"]:
+            return
+        interval = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await trio.sleep(interval * (0.9 + 0.2 * random.random()))
+            async with self.lock:
+                await self.elect_preferred_leaders(
+                    self.config["leader.imbalance.per.broker.percentage"])
+
+    async def elect_preferred_leaders(self, threshold_percent: int = 0) -> list[TopicPartition]:
+        """Preferred-replica election on every broker whose imbalance is above the threshold."""
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for tp, replicas in self.ctx.assignments.items():
+            if replicas:
+                by_broker.setdefault(replicas[0], []).append(tp)
+        changed = []
+        for broker, tps in by_broker.items():
+            imbalanced = [tp for tp in tps
+                          if self.ctx.states.get(tp) and self.ctx.states[tp].leader != broker]
+            if not tps or len(imbalanced) * 100 <= threshold_percent * len(tps):
+                continue
+            for tp in imbalanced:
+                new = elections.preferred_election(self.ctx.assignments[tp], self.ctx.states[tp],
+                                                   self.ctx.live, self.ctx.epoch)
+                if new is not None and await self._write(tp, new):
+                    changed.append(tp)
+        self._announce(changed)
+        return changed

@@ -1,0 +1,129 @@
+"""Leader elections and ISR edits the controller makes, as pure functions.
+
+Every function takes a partition's assignment (replicas in preference
+order), its current state and the set of live brokers, and returns the next
+state or None when no change is possible. The controller persists the result
+with a compare-and-set and tells the brokers; nothing here touches ZooKeeper
+or the network, so each rule is tested on its own.
+
+The rules are Kafka's (ZooKeeper-mode PartitionStateMachine):
+- offline partition: the first live ISR member in assignment order leads;
+  with unclean.leader.election.enable, failing that, the first live replica
+  (ISR = just it: data the ISR had may be lost, which is what "unclean" means);
+- a replica going offline leaves the ISR, except the last member, which
+  stays so that only it can lead again cleanly when it returns;
+- controlled shutdown: a live ISR member that is not shutting down leads, and
+  the shutting-down broker leaves the ISR;
+- preferred replica: the first replica leads again once it is live and in sync.
+Every leader change bumps the leader epoch; an ISR-only change keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+NO_LEADER = -1
+# Kafka's leader id in UpdateMetadata for a partition being deleted.
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """A partition's state znode, and its version (the partition epoch)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = 0
+
+    def with_leader(self, leader: int, isr: list[int], controller_epoch: int) -> LeaderAndIsr:
+        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=tuple(isr),
+                       controller_epoch=controller_epoch)
+
+    def with_isr(self, isr: list[int], controller_epoch: int) -> LeaderAndIsr:
+        return replace(self, isr=tuple(isr), controller_epoch=controller_epoch)
+
+
+def initial_state(replicas: list[int], live: set[int], controller_epoch: int
+                  ) -> LeaderAndIsr | None:
+    """A new partition: the first live replica leads, the live replicas are in sync."""
+    up = [r for r in replicas if r in live]
+    if not up:
+        return None
+    return LeaderAndIsr(up[0], 0, tuple(up), controller_epoch)
+
+
+def offline_election(replicas: list[int], state: LeaderAndIsr, live: set[int],
+                     unclean: bool, controller_epoch: int) -> LeaderAndIsr | None:
+    """A partition whose leader is gone (or none): elect from the live ISR."""
+    live_isr = [r for r in replicas if r in state.isr and r in live]
+    if live_isr:
+        isr = [r for r in state.isr if r in live]
+        return state.with_leader(live_isr[0], isr, controller_epoch)
+    if unclean:
+        up = [r for r in replicas if r in live]
+        if up:
+            return state.with_leader(up[0], [up[0]], controller_epoch)
+    return None
+
+
+def remove_replica(state: LeaderAndIsr, broker: int, controller_epoch: int
+                   ) -> LeaderAndIsr | None:
+    """``broker`` went offline: it leaves the ISR (unless it is the last member)
+    and, if it led, the partition has no leader until an election."""
+    if broker not in state.isr and broker != state.leader:
+        return None
+    isr = [r for r in state.isr if r != broker] or list(state.isr)
+    if broker == state.leader:
+        return state.with_leader(NO_LEADER, isr, controller_epoch)
+    return state.with_isr(isr, controller_epoch)
+
+
+def controlled_shutdown_election(replicas: list[int], state: LeaderAndIsr, live: set[int],
+                                 shutting_down: set[int], controller_epoch: int
+                                 ) -> LeaderAndIsr | None:
+    """Move leadership off a broker that is shutting down, to a live ISR member."""
+    candidates = [r for r in replicas
+                  if r in state.isr and r in live and r not in shutting_down]
+    if not candidates:
+        return None
+    isr = [r for r in state.isr if r not in shutting_down]
+    return state.with_leader(candidates[0], isr, controller_epoch)
+
+
+def preferred_election(replicas: list[int], state: LeaderAndIsr, live: set[int],
+                       controller_epoch: int) -> LeaderAndIsr | None:
+    """Give leadership back to the first replica, if it is live, in sync and not leading."""
+    preferred = replicas[0] if replicas else NO_LEADER
+    if preferred == state.leader or preferred not in live or preferred not in state.isr:
+        return None
+    return state.with_leader(preferred, list(state.isr), controller_epoch)
+
+
+def assign_replicas(brokers: list[int], partitions: int, replication_factor: int,
+                    start_partition: int = 0, seed: int = 0) -> dict[int, list[int]]:
+    """Kafka's rack-unaware assignment: leaders round-robin from a start index,
+    followers shifted by a per-partition step so replicas spread evenly.
+
+    Args:
+        brokers: live broker ids; partitions: how many to assign, numbered from
+            ``start_partition``; seed: picks the start index and the first shift
+            (Kafka uses a random one).
+    """
+    ids = sorted(brokers)
+    n = len(ids)
+    start = seed % n
+    shift = seed % n
+    out: dict[int, list[int]] = {}
+    for i in range(partitions):
+        p = start_partition + i
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            step = 1 + (shift + j) % (n - 1) if n > 1 else 0
+            replicas.append(ids[(first + step) % n])
+        out[p] = replicas
+    return out

@@ -1,0 +1,307 @@
+"""Replica fetchers: followers copying their leaders' logs.
+
+Theory of operation
+-------------------
+A follower partition is assigned to one fetcher: one per (leader broker,
+fetcher index), num.replica.fetchers per leader, the partition's index
+hashed over them as Kafka does. A fetcher is one trio task with one
+connection that sends Fetch requests (v12: topic names, last fetched epoch)
+for every partition it holds that is ready, and applies each partition's
+answer. Each partition moves through a small state machine:
+
+    FETCHING ----(diverging epoch)----> TRUNCATING ---(truncated)---> FETCHING
+    FETCHING --(OFFSET_MOVED_TO_TIERED_STORAGE)--> BUILDING_REMOTE_AUX_STATE
+    any --(error: not leader, fenced epoch, unreachable leader)--> DELAYED
+    DELAYED / BUILDING_REMOTE_AUX_STATE --(backoff over)--> FETCHING
+
+Truncation uses the leader's answer rather than a separate
+OffsetForLeaderEpoch round trip (KIP-320): the follower sends the epoch of
+its last batch with each fetch; a leader whose history differs answers a
+diverging (epoch, end offset) and the follower cuts its log at the smaller
+of that end offset and where its own copy of that epoch ends. An answer
+with no epoch at all (the leader does not know it) truncates to the high
+watermark, as Kafka does.
+
+BUILDING_REMOTE_AUX_STATE is where a follower below the leader's local log
+start will rebuild from the remote tier (tiered storage across replicas,
+the next issue); until then it logs and retries after the backoff.
+
+Error handling: a partition's error delays only that partition for
+replica.fetch.backoff.ms; a connection failure delays the whole fetcher. A
+new LeaderAndIsr moves the partition to another fetcher (or to leadership)
+and resets its state.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from config import BrokerConfig
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.peer import Peer, PeerError
+from replication.replica_manager import ReplicaManager
+from storage.log.manager import TopicPartition
+
+log = structlog.get_logger(__name__)
+
+# Fetch v12: the first version with last_fetched_epoch / diverging_epoch and
+# the last with topic names (v13 switches to topic ids).
+FETCH_VERSION = 12
+UNDEFINED = -1
+
+
+class IllegalTransition(RuntimeError):
+    """A state machine was asked to make a move its table does not allow."""
+
+
+class FollowerState(enum.Enum):
+    FETCHING = "Fetching"
+    TRUNCATING = "Truncating"
+    BUILDING_REMOTE_AUX_STATE = "BuildingRemoteLogAuxState"
+    DELAYED = "Delayed"
+
+
+S = FollowerState
+TRANSITIONS: dict[FollowerState, frozenset[FollowerState]] = {
+    S.FETCHING: frozenset({S.TRUNCATING, S.BUILDING_REMOTE_AUX_STATE, S.DELAYED, S.FETCHING}),
+    S.TRUNCATING: frozenset({S.FETCHING, S.DELAYED}),
+    S.BUILDING_REMOTE_AUX_STATE: frozenset({S.FETCHING, S.DELAYED}),
+    S.DELAYED: frozenset({S.FETCHING, S.DELAYED}),
+}
+
+
+@dataclass(slots=True)
+class FollowerPartition:
+    tp: TopicPartition
+    leader_epoch: int
+    state: FollowerState = S.FETCHING
+    # Where TRUNCATING cuts the log; when DELAYED ends (trio time).
+    truncate_to: int = 0
+    delayed_until: float = 0.0
+
+    def move(self, to: FollowerState) -> None:
+        if to not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"{self.tp}: {self.state.value} -> {to.value}")
+        self.state = to
+
+
+def fetcher_index(tp: TopicPartition, fetchers: int) -> int:
+    """Kafka's fetcher id: abs(31 * topic.hashCode + partition) % num.replica.fetchers
+    (any stable spread does; this one is stable across restarts)."""
+    return (zlib.crc32(tp[0].encode()) * 31 + tp[1]) % max(fetchers, 1)
+
+
+class ReplicaFetcher:
+    """Fetches every partition it holds from one leader broker."""
+
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, leader: Peer) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.leader = leader
+        self.node_id: int = config["node.id"]
+        self.partitions: dict[TopicPartition, FollowerPartition] = {}
+        self._wake = trio.Event()
+        self.cancel_scope = trio.CancelScope()
+        self._backoff = config["replica.fetch.backoff.ms"] / 1000
+
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self.partitions[tp] = FollowerPartition(tp, leader_epoch)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def run(self) -> None:
+        with self.cancel_scope:
+            while True:
+                ready = self._ready()
+                if not ready:
+                    await self._sleep_until_ready()
+                    continue
+                try:
+                    response = await self.leader.request(FetchRequest, FetchResponse,
+                                                         FETCH_VERSION, self._build(ready))
+                except PeerError as exc:
+                    log.info("replica fetch failed; backing off", leader=self.leader.node_id,
+                             error=str(exc))
+                    await trio.sleep(self._backoff)
+                    continue
+                self._apply(ready, response)
+
+    def _ready(self) -> list[FollowerPartition]:
+        now = trio.current_time()
+        out = []
+        for fp in self.partitions.values():
+            if fp.state in (S.DELAYED, S.BUILDING_REMOTE_AUX_STATE) and now >= fp.delayed_until:
+                fp.move(S.FETCHING)
+            if fp.state is S.TRUNCATING:
+                self._truncate(fp)
+            if fp.state is S.FETCHING:
+                out.append(fp)
+        return out
+
+    async def _sleep_until_ready(self) -> None:
+        self._wake = trio.Event()
+        delayed = [fp.delayed_until for fp in self.partitions.values()]
+        with trio.move_on_at(min(delayed) if delayed else trio.current_time() + 1):
+            await self._wake.wait()
+
+    def _build(self, ready: list[FollowerPartition]) -> Any:
+        req = FetchRequest[FETCH_VERSION]
+        topic_cls = req.FetchTopic
+        part_cls = topic_cls.FetchPartition
+        by_topic: dict[str, list[Any]] = {}
+        for fp in ready:
+            part = self.replicas.partitions.get(fp.tp)
+            if part is None:
+                continue
+            lg = part.log
+            by_topic.setdefault(fp.tp[0], []).append(part_cls(
+                partition=fp.tp[1], current_leader_epoch=fp.leader_epoch,
+                fetch_offset=lg.end_offset, last_fetched_epoch=lg.epochs.latest_epoch,
+                log_start_offset=lg.log_start_offset,
+                partition_max_bytes=self.config["replica.fetch.max.bytes"]))
+        return req(replica_id=self.node_id, max_wait_ms=self.config["replica.fetch.wait.max.ms"],
+                   min_bytes=self.config["replica.fetch.min.bytes"],
+                   max_bytes=self.config["replica.fetch.response.max.bytes"], isolation_level=0,
+                   session_id=0, session_epoch=-1,
+                   topics=[topic_cls(topic=t, partitions=ps) for t, ps in by_topic.items()],
+                   forgotten_topics_data=[], rack_id="")
+
+    def _apply(self, ready: list[FollowerPartition], response: Any) -> None:
+        sent = {fp.tp: fp for fp in ready}
+        for topic in response.responses:
+            for p in topic.partitions:
+                fp = sent.get((topic.topic, p.partition_index))
+                if fp is None or self.partitions.get(fp.tp) is not fp:
+                    continue  # moved to another leader while the fetch was out
+                try:
+                    self._apply_partition(fp, p)
+                except KafkaApiError as exc:
+                    log.warning("follower append failed", topic=fp.tp[0], partition=fp.tp[1],
+                                error=exc.code.name, detail=exc.message)
+                    self._delay(fp)
+
+    def _apply_partition(self, fp: FollowerPartition, p: Any) -> None:
+        code = ErrorCode(p.error_code)
+        if code is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            log.info("follower below the leader's local log start; rebuilding from the remote "
+                     "tier is not available yet, retrying", topic=fp.tp[0], partition=fp.tp[1])
+            fp.move(S.BUILDING_REMOTE_AUX_STATE)
+            fp.delayed_until = trio.current_time() + self._backoff
+            return
+        if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._out_of_range(fp, p)
+            return
+        if code is not ErrorCode.NONE:
+            log.info("replica fetch error", topic=fp.tp[0], partition=fp.tp[1],
+                     leader=self.leader.node_id, error=code.name)
+            self._delay(fp)
+            return
+        diverging = p.diverging_epoch
+        if diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0):
+            self._diverged(fp, diverging.epoch, diverging.end_offset)
+            return
+        if p.records:
+            self.replicas.append_as_follower(fp.tp, bytearray(p.records))
+        self.replicas.set_follower_high_watermark(fp.tp, p.high_watermark)
+
+    def _diverged(self, fp: FollowerPartition, epoch: int, end_offset: int) -> None:
+        part = self.replicas.partition(fp.tp)
+        lg = part.log
+        if epoch == UNDEFINED or end_offset == UNDEFINED:
+            target = part.high_watermark
+        else:
+            # Where our own copy of that epoch (or the last one below it) ends.
+            local_epoch, local_end = lg.epochs.end_offset_for(epoch, lg.end_offset)
+            target = min(end_offset, lg.end_offset if local_epoch == UNDEFINED else local_end)
+        fp.truncate_to = target
+        fp.move(S.TRUNCATING)
+        self._truncate(fp)
+
+    def _truncate(self, fp: FollowerPartition) -> None:
+        self.replicas.truncate(fp.tp, fp.truncate_to)
+        fp.move(S.FETCHING)
+
+    def _out_of_range(self, fp: FollowerPartition, p: Any) -> None:
+        """Our log end is outside the leader's log: below its start, start over
+        there; above its end (it lost an unclean election), cut back to it."""
+        part = self.replicas.partition(fp.tp)
+        if part.log.end_offset < p.log_start_offset:
+            log.info("follower behind the leader's log start; starting over there",
+                     topic=fp.tp[0], partition=fp.tp[1], leader_start=p.log_start_offset)
+            self.replicas.truncate_fully(fp.tp, p.log_start_offset)
+        else:
+            fp.truncate_to = max(p.high_watermark, 0)
+            fp.move(S.TRUNCATING)
+            self._truncate(fp)
+
+    def _delay(self, fp: FollowerPartition) -> None:
+        fp.move(S.DELAYED)
+        fp.delayed_until = trio.current_time() + self._backoff
+
+
+class FetcherManager:
+    """Which fetcher follows which partition; fetchers start and stop with their partitions."""
+
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 peer_for: Any) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.peer_for = peer_for  # (leader id, fetcher index) -> Peer | None
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.assigned: dict[TopicPartition, tuple[int, int]] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
+        """Fetch ``tp`` from ``leader`` (replacing any earlier assignment)."""
+        self.unfollow(tp)
+        key = (leader, fetcher_index(tp, self.config["num.replica.fetchers"]))
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            peer = self.peer_for(*key)
+            if peer is None:
+                log.warning("leader endpoint unknown; not fetching", topic=tp[0],
+                            partition=tp[1], leader=leader)
+                return
+            fetcher = ReplicaFetcher(self.config, self.replicas, peer)
+            self.fetchers[key] = fetcher
+            assert self._nursery is not None
+            self._nursery.start_soon(self._run_fetcher, key, fetcher)
+        fetcher.add(tp, leader_epoch)
+        self.assigned[tp] = key
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        key = self.assigned.pop(tp, None)
+        if key is None:
+            return
+        fetcher = self.fetchers.get(key)
+        if fetcher is not None:
+            fetcher.remove(tp)
+            if not fetcher.partitions:
+                del self.fetchers[key]
+                fetcher.cancel_scope.cancel()
+
+    async def _run_fetcher(self, key: tuple[int, int], fetcher: ReplicaFetcher) -> None:
+        try:
+            await fetcher.run()
+        except Exception:
+            log.exception("replica fetcher failed", leader=key[0], fetcher=key[1])
+            self.fetchers.pop(key, None)
+            for tp in [tp for tp, k in self.assigned.items() if k == key]:
+                del self.assigned[tp]
+        finally:
+            await fetcher.leader.close()

@@ -1,0 +1,111 @@
+"""ISR maintenance by partition leaders (Kafka's Partition.maybeShrinkIsr / maybeExpandIsr).
+
+Theory of operation: a leader watches its followers. One that has not been
+at the log end for replica.lag.time.max.ms leaves the ISR; one outside the
+ISR whose fetch reached the high watermark joins it. The leader does not
+write the change itself: it asks the controller with AlterPartition (the
+controller is the only writer of partition state, so a leader and the
+controller never race on the znode), and applies the ISR the controller
+answers. At most one request per partition is in flight; a refused or
+failed one is retried by the next check.
+
+Why AlterPartition rather than the leader's own compare-and-set (Kafka's
+older ZooKeeper path): with one writer the controller's copy of the ISR is
+always current, so its elections never act on a stale ISR and no
+isr-change notifications are needed to refresh it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+import trio
+
+from config import BrokerConfig
+from replication.elections import LeaderAndIsr
+from replication.replica_manager import ReplicaManager
+from storage.log.manager import TopicPartition
+
+log = structlog.get_logger(__name__)
+
+# (tp, leader epoch, partition epoch, new isr) -> (error name or "", state now)
+AlterIsr = Callable[[TopicPartition, int, int, list[int]],
+                    Awaitable[tuple[str, LeaderAndIsr | None]]]
+
+
+class IsrManager:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, alter: AlterIsr) -> None:
+        self.replicas = replicas
+        self.alter = alter
+        self.node_id: int = config["node.id"]
+        self.lag_max_s = config["replica.lag.time.max.ms"] / 1000
+        self._inflight: set[TopicPartition] = set()
+        self._nursery: trio.Nursery | None = None
+        replicas.isr_listener = self.maybe_expand
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                await trio.sleep(self.lag_max_s / 2)
+                self.check_all()
+
+    def check_all(self) -> None:
+        for tp in list(self.replicas.partitions):
+            self._check(tp)
+
+    def maybe_expand(self, tp: TopicPartition) -> None:
+        self._check(tp)
+
+    def _check(self, tp: TopicPartition) -> None:
+        part = self.replicas.partitions.get(tp)
+        if part is None or not part.is_leader(self.node_id) or tp in self._inflight:
+            return
+        now = trio.current_time()
+        for r in part.isr:
+            part.follower_caught_up_at.setdefault(r, now)
+        lagging = {r for r in part.isr if r != self.node_id
+                   and now - part.follower_caught_up_at[r] > self.lag_max_s}
+        joining = [r for r in part.replicas if r not in part.isr
+                   and part.follower_end_offsets.get(r, -1) >= part.high_watermark
+                   and part.follower_end_offsets.get(r, -1) >= self._epoch_start(part)]
+        if not lagging and not joining:
+            return
+        new_isr = [r for r in part.replicas if (r in part.isr and r not in lagging)
+                   or r in joining]
+        if lagging:
+            log.info("shrinking isr", topic=tp[0], partition=tp[1], lagging=sorted(lagging),
+                     lag_max_ms=int(self.lag_max_s * 1000))
+        if joining:
+            log.info("expanding isr", topic=tp[0], partition=tp[1], joining=joining)
+        self._inflight.add(tp)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._send, tp, part.leader_epoch, part.partition_epoch,
+                                 new_isr)
+
+    @staticmethod
+    def _epoch_start(part: object) -> int:
+        """A follower may join only once it has the leader's current epoch (KIP-101)."""
+        entries = part.log.epochs.entries  # type: ignore[attr-defined]
+        return entries[-1][1] if entries else 0
+
+    async def _send(self, tp: TopicPartition, leader_epoch: int, partition_epoch: int,
+                    isr: list[int]) -> None:
+        try:
+            error, state = await self.alter(tp, leader_epoch, partition_epoch, isr)
+        except Exception as exc:  # unreachable controller: the next check retries
+            log.info("AlterPartition failed; will retry", topic=tp[0], partition=tp[1],
+                     error=str(exc))
+            return
+        finally:
+            self._inflight.discard(tp)
+        part = self.replicas.partitions.get(tp)
+        if part is None or part.leader_epoch != leader_epoch:
+            return
+        if state is not None and state.leader_epoch == leader_epoch:
+            part.partition_epoch = state.version
+            self.replicas.update_isr(tp, list(state.isr))
+        if error:
+            log.info("AlterPartition refused", topic=tp[0], partition=tp[1], error=error)
