@@ -101,8 +101,7 @@ async def run(config: BrokerConfig) -> None:
             if node is not None:
                 node.admin.set_endpoint(adv_host, adv_port)
             if ctx.cluster is not None:
-                await ctx.cluster.start(adv_host, adv_port)
-                await nursery.start(ctx.cluster.run)
+                await nursery.start(ctx.cluster.run, adv_host, adv_port)
             log.info("tierd listening", host=host, port=bound_port, node_id=ctx.node_id,
                      cluster_id=ctx.cluster_id, log_dir=config.log_dir, metrics=metrics_url)
             print(f"tierd listening on {host}:{bound_port} (metrics: {metrics_url})",

@@ -84,11 +84,6 @@ class ClusterNode:
 
     # -- start ---------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Open the logs and register this broker (after the listener is bound)."""
-        self.metadata.set_brokers([BrokerEndpoint(self.node_id, host, port)])
-        self.broker_epoch = await self.zk.register_broker(self.node_id, host, port)
-        log.info("registered in ZooKeeper", node_id=self.node_id, broker_epoch=self.broker_epoch)
 
     async def load_logs(self) -> None:
         for topic in await self.zk.get_topics():
@@ -107,13 +102,21 @@ class ClusterNode:
             self.topic_configs[topic] = await self.zk.get_topic_config(topic)
         return self.topic_configs[topic]
 
-    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, host: str, port: int,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start what serves controller requests, then register (the controller
+        may send LeaderAndIsr at once), then compete for the controller role."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.channel.run)
             await nursery.start(self.fetchers.run)
             await nursery.start(self.isr.run)
             nursery.start_soon(self._watch_config_changes)
+            self.metadata.set_brokers([BrokerEndpoint(self.node_id, host, port)])
+            self.broker_epoch = await self.zk.register_broker(self.node_id, host, port)
+            log.info("registered in ZooKeeper", node_id=self.node_id,
+                     broker_epoch=self.broker_epoch)
             nursery.start_soon(self._reregister_on_new_session)
+            nursery.start_soon(self.admin.prefetch_producer_ids)
             await nursery.start(self.controller.run)
             task_status.started()
 

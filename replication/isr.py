@@ -68,7 +68,10 @@ class IsrManager:
             part.follower_caught_up_at.setdefault(r, now)
         lagging = {r for r in part.isr if r != self.node_id
                    and now - part.follower_caught_up_at[r] > self.lag_max_s}
+        # Joining takes a follower that is fetching now (caught up within the lag
+        # limit) and has reached the high watermark in the current epoch.
         joining = [r for r in part.replicas if r not in part.isr
+                   and now - part.follower_caught_up_at.get(r, float("-inf")) <= self.lag_max_s
                    and part.follower_end_offsets.get(r, -1) >= part.high_watermark
                    and part.follower_end_offsets.get(r, -1) >= self._epoch_start(part)]
         if not lagging and not joining:

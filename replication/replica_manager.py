@@ -83,19 +83,7 @@ class ReplicaManager:
     def become_leader(self, tp: TopicPartition, topic_id: object, config: LogConfig,
                       state: PartitionState) -> Partition:
         """Lead ``tp`` in ``state.leader_epoch``, opening its log if needed."""
-        part = self.partitions.get(tp)
-        if part is None:
-            lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
-            part = Partition(tp[0], tp[1], topic_id, lg, self.node_id)  # type: ignore[arg-type]
-            part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
-                                      lg.end_offset)
-            self.partitions[tp] = part
-        part.leader_id = self.node_id
-        part.leader_epoch = state.leader_epoch
-        part.partition_epoch = state.partition_epoch
-        part.replicas = list(state.replicas)
-        part.isr = list(state.isr)
-        part.follower_end_offsets = {}
+        part = self._take_state(tp, topic_id, config, state, self.node_id)
         part.follower_caught_up_at = {}
         # Like Kafka: the new epoch starts at the log end, so OffsetForLeaderEpoch
         # and diverging-epoch answers are right before the first append.
@@ -112,25 +100,32 @@ class ReplicaManager:
         The caller (the replica fetcher manager) starts fetching; requests
         parked here as leader are woken and find the partition moved.
         """
-        part = self.partitions.get(tp)
-        if part is None:
-            lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
-            part = Partition(tp[0], tp[1], topic_id, lg, state.leader)  # type: ignore[arg-type]
-            part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
-                                      lg.end_offset)
-            self.partitions[tp] = part
-        part.leader_id = state.leader
-        part.leader_epoch = state.leader_epoch
-        part.partition_epoch = state.partition_epoch
-        part.replicas = list(state.replicas)
-        part.isr = list(state.isr)
-        part.follower_end_offsets = {}
+        part = self._take_state(tp, topic_id, config, state, state.leader)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
         if self.remote is not None:
             self.remote.stop_partition(tp)
         self.delayed_produce.notify(tp)
         self.delayed_fetch_consumers.notify(tp)
         self.delayed_fetch_followers.notify(tp)
+        return part
+
+    def _take_state(self, tp: TopicPartition, topic_id: object, config: LogConfig,
+                    state: PartitionState, leader: int) -> Partition:
+        """The partition (created with its log and checkpointed high watermark if
+        new), given ``state``'s leader, epochs and replica sets."""
+        part = self.partitions.get(tp)
+        if part is None:
+            lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
+            part = Partition(tp[0], tp[1], topic_id, lg, leader)  # type: ignore[arg-type]
+            part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
+                                      lg.end_offset)
+            self.partitions[tp] = part
+        part.leader_id = leader
+        part.leader_epoch = state.leader_epoch
+        part.partition_epoch = state.partition_epoch
+        part.replicas = list(state.replicas)
+        part.isr = list(state.isr)
+        part.follower_end_offsets = {}
         return part
 
     def append_as_follower(self, tp: TopicPartition, data: bytearray) -> int:

@@ -113,10 +113,33 @@ class ZkTopicAdmin:
         await self.zk.notify_topic_config_change(name)
 
     async def allocate_producer_id(self) -> int:
+        """The next id of this broker's block; a new block is claimed when it runs out.
+
+        Raises:
+            KafkaApiError: COORDINATOR_NOT_AVAILABLE if ZooKeeper cannot be reached.
+        """
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
-                self._pid_next, self._pid_end = await self.zk.allocate_producer_id_block(
-                    self.node_id)
+                await self._claim_block()
             pid = self._pid_next
             self._pid_next += 1
             return pid
+
+    async def prefetch_producer_ids(self) -> None:
+        """Claim a block at start, so InitProducerId works while ZooKeeper is away."""
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                try:
+                    await self._claim_block()
+                except KafkaApiError:
+                    pass  # claimed on first use instead
+
+    async def _claim_block(self) -> None:
+        try:
+            self._pid_next, self._pid_end = await self.zk.allocate_producer_id_block(
+                self.node_id)
+        except Exception as exc:  # kazoo's connection and retry errors
+            log.warning("cannot claim a producer id block", error=repr(exc))
+            raise KafkaApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                "producer ids unavailable: ZooKeeper unreachable") from None
+        log.info("producer id block claimed", start=self._pid_next, end=self._pid_end)

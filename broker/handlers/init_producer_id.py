@@ -17,6 +17,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from broker.context import BrokerContext
 from broker.handlers.transactions import coordinator, fenced_for
 from protocol.api import RequestHeader
+from protocol.errors import ErrorCode, KafkaApiError
 
 # The request version that introduced PRODUCER_FENCED here.
 _FENCED_SINCE = 4
@@ -29,8 +30,17 @@ async def handle_init_producer_id(ctx: BrokerContext, header: RequestHeader, req
     v = header.api_version
     resp = InitProducerIdResponse[v]
     if req.transactional_id is None:
-        pid = await ctx.admin.allocate_producer_id()
+        try:
+            pid = await ctx.admin.allocate_producer_id()
+        except KafkaApiError as exc:
+            ctx.metrics.error("InitProducerId", exc.code)
+            return resp(throttle_time_ms=0, error_code=exc.code, producer_id=-1,
+                        producer_epoch=-1)
         return resp(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
+    if ctx.transactions is None:  # cluster mode until coordinators follow leadership
+        ctx.metrics.error("InitProducerId", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return resp(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    producer_id=-1, producer_epoch=-1)
     expected = None
     if v >= _EXPECTED_SINCE and req.producer_id != NO_PRODUCER_ID:
         expected = (req.producer_id, req.producer_epoch)
