@@ -3,7 +3,9 @@
 Startup order: metadata store (cluster id, topics) -> logs (recovery) and
 leadership of every partition -> metrics endpoint -> tiering (replays
 __remote_log_metadata) -> group coordinator (replays __consumer_offsets) ->
-transaction coordinator (replays __transaction_state) -> TCP listener.
+transaction coordinator (replays __transaction_state) -> TCP listener. In
+cluster mode the coordinators start empty and load the partitions of their
+internal topics as LeaderAndIsr makes this broker their leader.
 Shutdown on SIGTERM/SIGINT: stop accepting, cancel connections, flush and
 checkpoint every log, write the clean-shutdown marker.
 """
@@ -22,6 +24,7 @@ from broker.metrics import BrokerMetrics
 from broker.server import serve
 from broker.tiering import build_tiering
 from broker.transactions import TransactionCoordinator
+from broker.transactions.markers import MarkerWriter
 from config import BrokerConfig
 from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
@@ -46,25 +49,34 @@ def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
     node = open_single_node(config)
     replicas = node.replicas
     groups = GroupCoordinator(config, node.internal.offsets)
-    transactions = TransactionCoordinator(config, node.internal.transactions, groups,
-                                          replicas.append_local, node.admin.allocate_producer_id)
+    markers = MarkerWriter(config["node.id"], replicas, node.metadata,
+                           config["request.timeout.ms"])
+    transactions = TransactionCoordinator(config, node.internal.transactions, groups, markers,
+                                          node.admin.allocate_producer_id)
     ctx = BrokerContext(config, node.metadata, replicas, node.admin, _metrics(replicas),
                         config["node.id"], groups, transactions)
     return ctx, node
 
 
 async def build_cluster(config: BrokerConfig) -> BrokerContext:
-    """Connect to ZooKeeper and open the logs of the topics it knows.
+    """Connect to ZooKeeper and open the logs of the topics it knows; the
+    coordinators follow the leadership of their internal topics' partitions.
 
-    Group and transaction coordinators and tiered storage are not run in
-    cluster mode yet: FindCoordinator answers COORDINATOR_NOT_AVAILABLE until
-    their internal topics follow partition leadership.
+    Tiered storage is not run in cluster mode yet.
     """
     node = await open_cluster_node(config)
     if config["remote.log.storage.system.enable"]:
         log.warning("tiered storage is not available in cluster mode yet; running without it")
+    groups = GroupCoordinator(config, node.internal.offsets, follow_leadership=True)
+    markers = MarkerWriter(config["node.id"], node.replicas, node.metadata,
+                           config["request.timeout.ms"])
+    transactions = TransactionCoordinator(config, node.internal.transactions, groups, markers,
+                                          node.admin.allocate_producer_id,
+                                          follow_leadership=True)
+    node.on_leadership.extend([groups.on_leadership, transactions.on_leadership])
     return BrokerContext(config, node.metadata, node.replicas, node.admin,
-                         _metrics(node.replicas), config["node.id"], cluster=node)
+                         _metrics(node.replicas), config["node.id"], groups, transactions,
+                         cluster=node)
 
 
 async def run(config: BrokerConfig) -> None:

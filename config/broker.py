@@ -100,8 +100,14 @@ _DEFS: list[ConfigDef] = [
               "empty group are kept.", at_least=1),
     ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600000, "Period of the expired "
               "offsets check.", at_least=1),
+    ConfigDef("offsets.commit.timeout.ms", T.INT, 5000, "How long a write to "
+              "__consumer_offsets waits for every in-sync replica before the commit fails.",
+              at_least=1),
     ConfigDef("offset.metadata.max.bytes", T.INT, 4096, "Largest metadata string of a "
               "committed offset.", at_least=0),
+    ConfigDef("request.timeout.ms", T.INT, 30000, "How long the transaction coordinator's "
+              "writes (__transaction_state, markers) wait for every in-sync replica.",
+              at_least=1),
     ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "Largest transaction timeout a "
               "producer may ask for.", at_least=1),
     ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of "

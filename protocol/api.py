@@ -81,6 +81,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),
         _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 4),
         _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 4),
+        # Between brokers: markers from a transaction coordinator to partition leaders.
+        _spec(producer.WriteTxnMarkersRequest, producer.WriteTxnMarkersResponse, 1, 1),
         # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
         *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
     )

@@ -11,6 +11,14 @@ Their owners (group coordinator, transaction coordinator, remote log
 metadata manager) fold the records into state; this module does not know
 what the records mean.
 
+Durability: ``append`` writes to the leader's log at once (refusing, as
+acks=all does, when the ISR is below min.insync.replicas) so the owner's
+in-memory state always matches the local log; the owner answers its client
+only after ``wait_durable`` says every in-sync replica has the write (on one
+broker that is immediate). A write that never becomes durable is either
+committed later or truncated after a leadership change, and then the owner
+has unloaded the partition and the new leader rebuilds from its own log.
+
 Error handling: ``append`` raises ``KafkaApiError`` with the ReplicaManager's
 code (the owners map it to what their clients are answered); ``replay``
 stops with a warning at an unreadable spot rather than failing the load.
@@ -25,8 +33,9 @@ import structlog
 
 from config import BrokerConfig
 from protocol import records
+from protocol.errors import ErrorCode
 from replication.metadata_cache import MetadataCache
-from replication.replica_manager import ReplicaManager
+from replication.replica_manager import ACKS_ALL, ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.log import AppendResult
 from storage.log.producer_state import AppendOrigin
@@ -64,6 +73,8 @@ class InternalTopic:
         self.admin = admin
         self.metadata = metadata
         self.replicas = replicas
+        # partition -> end offset of our last append there (what wait_durable waits for)
+        self._appended: dict[int, int] = {}
 
     @property
     def partitions(self) -> int:
@@ -106,7 +117,27 @@ class InternalTopic:
         Raises:
             KafkaApiError: the partition is unknown here or refuses the batch.
         """
-        return self.replicas.append_local((self.name, partition), bytearray(batch), origin)
+        result = self.replicas.append_local((self.name, partition), bytearray(batch), origin,
+                                            ACKS_ALL)
+        self._appended[partition] = result.last_offset + 1
+        return result
+
+    async def wait_durable(self, partition: int, timeout_ms: int) -> ErrorCode:
+        """Wait until every in-sync replica has our appends to ``partition`` so far.
+
+        Returns:
+            NONE, or the ReplicaManager's acks=all error (NOT_LEADER_OR_FOLLOWER,
+            NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT).
+        """
+        end = self._appended.get(partition)
+        if end is None:
+            return ErrorCode.NONE
+        tp = (self.name, partition)
+        return (await self.replicas.wait_replicated({tp: end}, timeout_ms))[tp]
+
+    def forget(self, partition: int) -> None:
+        """Leadership of ``partition`` moved away: its pending appends are moot."""
+        self._appended.pop(partition, None)
 
     def append_records(self, partition: int, pairs: Sequence[tuple[bytes | None, bytes | None]],
                        timestamp_ms: int | None = None) -> AppendResult:
@@ -151,8 +182,12 @@ class InternalTopics:
             config["offsets.topic.replication.factor"],
             {"cleanup.policy": "compact", "compression.type": "producer",
              "segment.bytes": str(config["offsets.topic.segment.bytes"])})
+        txn_configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                       "segment.bytes": str(config["transaction.state.log.segment.bytes"])}
+        if config["zookeeper.connect"]:
+            # As Kafka: the state log refuses writes below this many in-sync replicas
+            # (a single node has one replica, so it keeps the broker default).
+            txn_configs["min.insync.replicas"] = str(config["transaction.state.log.min.isr"])
         self.transactions = topic(
             TRANSACTION_TOPIC, config["transaction.state.log.num.partitions"],
-            config["transaction.state.log.replication.factor"],
-            {"cleanup.policy": "compact", "compression.type": "producer",
-             "segment.bytes": str(config["transaction.state.log.segment.bytes"])})
+            config["transaction.state.log.replication.factor"], txn_configs)

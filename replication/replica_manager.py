@@ -409,8 +409,13 @@ class ReplicaManager:
 
     def replay_batches(self, tp: TopicPartition
                        ) -> Iterator[tuple[records.BatchHeader, bytes]]:
-        """Every batch of a partition from its log start to its high watermark, for
-        coordinators loading their internal topics.
+        """Every batch of a partition from its log start to its log end, for
+        coordinators loading their internal topics as its new leader.
+
+        As Kafka's coordinators do, the load reads past the high watermark: a
+        new leader's log is the partition's truth, and its tail becomes
+        committed as followers catch up (or the partition moves on and the
+        coordinator unloads).
 
         Yields (header, buffer); the header's ``position`` is within the buffer.
         Stops (with a warning) if the log cannot be read further.
@@ -418,17 +423,17 @@ class ReplicaManager:
         part = self.partitions.get(tp)
         if part is None:
             return
-        offset = part.log.log_start_offset
-        while offset < part.high_watermark:
-            _, result = self.read(tp, offset, _REPLAY_READ_BYTES, committed_only=False,
-                                  min_one_batch=True)
+        lg = part.log
+        offset = lg.log_start_offset
+        while offset < lg.end_offset:
+            result = lg.read(offset, _REPLAY_READ_BYTES, lg.end_offset, True)
             start = offset
             for header in records.iter_headers(result.data):
                 offset = header.last_offset + 1
                 yield header, result.data
             if offset == start:
                 log.warning("replay stopped early", topic=tp[0], partition=tp[1],
-                            offset=offset, high_watermark=part.high_watermark)
+                            offset=offset, log_end=lg.end_offset)
                 return
 
     async def list_offset(self, tp: TopicPartition, timestamp: int, version: int,

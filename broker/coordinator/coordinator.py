@@ -1,11 +1,24 @@
 """The group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and rebalances.
 
-Theory of operation: every group of this broker lives in ``groups`` (this
-node coordinates all of them; ``__consumer_offsets`` has all partitions
-here). Requests run on the event loop and change group state without
-awaiting in between, so a request sees and leaves a group consistent. A
-JoinGroup or SyncGroup that has to wait for other members parks on a
-``Reply``; whoever completes the rebalance fills every parked reply.
+Theory of operation: a group belongs to the broker leading its partition
+of ``__consumer_offsets``. The coordinator owns the partitions this broker
+leads (on one broker: all of them, loaded at start; in cluster mode it
+hears leadership changes through ``on_leadership``). Becoming leader marks
+the partition loading (requests for its groups get
+COORDINATOR_LOAD_IN_PROGRESS) and a task replays it; losing leadership
+drops its groups at once, answering parked requests NOT_COORDINATOR, and
+the new leader rebuilds them from its own log. Requests for groups of a
+partition not owned here get NOT_COORDINATOR (``check``), so clients look
+the coordinator up again.
+
+Within an owned partition, requests run on the event loop and change group
+state without awaiting in between, so a request sees and leaves a group
+consistent. A JoinGroup or SyncGroup that has to wait for other members
+parks on a ``Reply``; whoever completes the rebalance fills every parked
+reply. Writes go to the local log at once (the in-memory state always
+matches it); before a request that wrote is answered, it waits until the
+in-sync replicas have the write (``durable``), as Kafka's acks=all appends
+do, and answers the append's error instead if they never do.
 
 Timers are trio tasks in the coordinator's nursery, one per purpose and
 key, cancelled when moot: the join deadline (rebalance timeout, or the
@@ -42,13 +55,14 @@ from broker.coordinator.group import (
     Reply,
     SyncResult,
 )
-from broker.coordinator.offsets import OffsetManager
+from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.coordinator.timers import Timers
+from broker.coordinator.txn_offsets import TxnOffsets
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.internal_topics import InternalTopic
-from storage.log.manager import now_ms
+from replication.internal_topics import OFFSETS_TOPIC, InternalTopic
+from storage.log.manager import TopicPartition, now_ms
 
 log = structlog.get_logger(__name__)
 
@@ -58,28 +72,132 @@ E = ErrorCode
 
 class GroupCoordinator:
     def __init__(self, config: BrokerConfig, topic: InternalTopic,
-                 wall_clock: Callable[[], int] = now_ms) -> None:
+                 wall_clock: Callable[[], int] = now_ms, follow_leadership: bool = False) -> None:
+        """Args:
+            follow_leadership: cluster mode: own only the partitions this broker
+                leads, as ``on_leadership`` reports them (else: all, at start).
+        """
         self.config = config
         self.wall_clock = wall_clock
+        self.follow_leadership = follow_leadership
         self.groups: dict[str, Group] = {}
         self.store = OffsetsStore(topic, wall_clock)
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
+        self.txn_offsets = TxnOffsets(topic, self, wall_clock)
         self.timers = Timers()
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Create/load ``__consumer_offsets``, then run timers until cancelled."""
-        await self.store.ensure_topic()
-        self.groups.update(self.store.load_groups())
+        """Run timers and partition loads until cancelled. On one broker, first
+        create ``__consumer_offsets`` and load every partition of it."""
         async with trio.open_nursery() as nursery:
             self.timers.attach(nursery)
-            for group in self.groups.values():
-                for member in group.members.values():
-                    self._arm_session(group, member)
+            self._nursery = nursery
+            if not self.follow_leadership:
+                await self.store.ensure_topic()
+                for partition in range(self.store.partitions):
+                    self._load(partition)
             nursery.start_soon(self.offsets.run_expiry)
             task_status.started()
             await trio.sleep_forever()
+
+    def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
+        """This broker became (or stopped being) the leader of ``tp``."""
+        if tp[0] != OFFSETS_TOPIC:
+            return
+        partition = tp[1]
+        if not leader:
+            self._unload(partition)
+        elif partition not in self.owned and partition not in self.loading:
+            self.loading.add(partition)
+            assert self._nursery is not None, "leadership reported before the coordinator runs"
+            self._nursery.start_soon(self._load_soon, partition)
+
+    async def _load_soon(self, partition: int) -> None:
+        await trio.lowlevel.checkpoint()
+        if partition in self.loading:  # not unloaded meanwhile
+            self._load(partition)
+
+    def _load(self, partition: int) -> None:
+        """Replay one partition's groups, offsets and transactional offsets."""
+        loaded = self.store.load_groups(partition)
+        self.groups.update(loaded)
+        for group in loaded.values():
+            for member in group.members.values():
+                self._arm_session(group, member)
+        self.txn_offsets.replay_partition(partition)
+        self.loading.discard(partition)
+        self.owned.add(partition)
+        log.info("group coordinator loaded partition", partition=partition, groups=len(loaded))
+
+    def _unload(self, partition: int) -> None:
+        """Drop the groups of a partition this broker no longer leads."""
+        was_owned = partition in self.owned
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        dropped = 0
+        for group_id, group in list(self.groups.items()):
+            if self.store.partition_of(group_id) != partition:
+                continue
+            for member in list(group.members.values()):
+                self.timers.cancel(("session", group_id, member.member_id))
+                self._answer_parked(member, E.NOT_COORDINATOR)
+            for member_id in group.pending_members:
+                self.timers.cancel(("pending", group_id, member_id))
+            self.timers.cancel(("join", group_id))
+            self.timers.cancel(("sync", group_id))
+            del self.groups[group_id]
+            dropped += 1
+        self.txn_offsets.unload(partition)
+        self.store.topic.forget(partition)
+        if was_owned:
+            log.info("group coordinator unloaded partition", partition=partition, groups=dropped)
+
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE if this broker coordinates ``group_id`` now; else what to answer."""
+        partition = self.store.partition_of(group_id)
+        if partition in self.owned:
+            return E.NONE
+        if partition in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NOT_COORDINATOR
+
+    async def durable(self, group_id: str, error: ErrorCode = E.NONE) -> ErrorCode:
+        """``error`` if set; else wait until the group's writes so far are replicated."""
+        if error is not E.NONE:
+            return error
+        return await self.store.wait_durable(group_id, self.config["offsets.commit.timeout.ms"])
+
+    async def commit_offsets(self, group_id: str | None, generation_id: int, member_id: str,
+                             group_instance_id: str | None, retention_ms: int,
+                             commits: list[PartitionCommit]) -> list[ErrorCode]:
+        """OffsetCommit, answered once the in-sync replicas have the offsets."""
+        results = self.offsets.commit(group_id, generation_id, member_id, group_instance_id,
+                                      retention_ms, commits)
+        if group_id is None or E.NONE not in results:
+            return results
+        error = await self.durable(group_id)
+        return [error if r is E.NONE else r for r in results]
+
+    async def txn_offset_commit(self, group_id: str, producer_id: int, epoch: int,
+                                generation_id: int, member_id: str,
+                                group_instance_id: str | None,
+                                commits: list[PartitionCommit]) -> list[ErrorCode]:
+        """TxnOffsetCommit: stage the offsets until the transaction's marker lands
+        here; answered once the in-sync replicas have them."""
+        error = self.txn_offsets.validate_member(group_id, generation_id, member_id,
+                                                 group_instance_id)
+        if error is not E.NONE:
+            return [error] * len(commits)
+        results = self.txn_offsets.stage(group_id, producer_id, epoch, commits)
+        if E.NONE not in results:
+            return results
+        error = await self.durable(group_id)
+        return [error if r is E.NONE else r for r in results]
 
     # -- timers ----------------------------------------------------------------
 
@@ -115,7 +233,9 @@ class GroupCoordinator:
 
     async def join_group(self, req: JoinRequest) -> JoinResult:
         outcome = self._join(req)
-        return await outcome.wait() if isinstance(outcome, Reply) else outcome
+        result = await outcome.wait() if isinstance(outcome, Reply) else outcome
+        error = await self.durable(req.group_id, result.error)
+        return result if error is result.error else JoinResult(error, result.member_id)
 
     def _join(self, req: JoinRequest) -> JoinResult | Reply[JoinResult]:
         if not req.group_id:
@@ -342,7 +462,9 @@ class GroupCoordinator:
                          protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
         outcome = self._sync(group_id, generation_id, member_id, group_instance_id,
                              protocol_type, protocol_name, assignments)
-        return await outcome.wait() if isinstance(outcome, Reply) else outcome
+        result = await outcome.wait() if isinstance(outcome, Reply) else outcome
+        error = await self.durable(group_id, result.error)
+        return result if error is result.error else SyncResult(error)
 
     def _sync(self, group_id: str, generation_id: int, member_id: str,
               group_instance_id: str | None, protocol_type: str | None,

@@ -6,8 +6,11 @@ directory's records sit where Kafka's tools expect them. Writes go through
 the internal-topic module (``replication.internal_topics``) as ordinary v2 record batches (no producer id,
 uncompressed), so they share the log's durability, flushing and recovery.
 
-On start the coordinator replays every partition from its log start; the
-last record for a key wins, a null value removes the key. Nothing is
+When this broker becomes the leader of a partition, the coordinator
+replays it from its log start (``load_partition``); the last record for a
+key wins, a null value removes the key. Appends are written to the local
+log at once and the client is answered after ``wait_durable`` (see
+``replication.internal_topics``). Nothing is
 compacted yet (the topic is created with cleanup.policy=compact, as in
 Kafka, so retention never deletes it), so the replay reads the whole log.
 
@@ -105,31 +108,41 @@ class OffsetsStore:
         key = rec.encode_group_metadata_key(rec.GroupMetadataKey(group.group_id))
         return self.append(group.group_id, [(key, rec.encode_group_metadata_value(value))])
 
-    def load_groups(self) -> dict[str, Group]:
-        """Rebuild every group from the log: Stable if it has members, else Empty (as Kafka)."""
+    async def wait_durable(self, group_id: str, timeout_ms: int) -> ErrorCode:
+        """Wait until the in-sync replicas have every append made so far to the
+        group's partition; NONE, or the code to answer the client with."""
+        error = await self.topic.wait_durable(self.partition_of(group_id), timeout_ms)
+        if error is not ErrorCode.NONE:
+            log.warning("offsets topic write not replicated", group=group_id, error=error.name)
+        return _APPEND_ERRORS.get(error, error)
+
+    def load_groups(self, partition: int) -> dict[str, Group]:
+        """Rebuild the groups of one partition from the log: Stable if they have
+        members, else Empty (as Kafka)."""
         now = self.wall_clock()
         groups = {}
-        for group_id, loaded in self.replay().items():
+        for group_id, loaded in self.replay(partition).items():
             group = _group_from(group_id, loaded.metadata, now)
             group.offsets = loaded.offsets
             groups[group_id] = group
         return groups
 
-    def replay(self) -> dict[str, LoadedGroup]:
-        """Read every partition of the topic and fold it into per-group state."""
+    def replay(self, partition: int) -> dict[str, LoadedGroup]:
+        """Read one partition of the topic and fold it into per-group state."""
         groups: dict[str, LoadedGroup] = {}
         count = 0
-        for index in range(self.partitions):
-            for key, value in self._records((OFFSETS_TOPIC, index)):
-                count += 1
-                try:
-                    _apply(groups, rec.decode_key(key), value)
-                except rec.RecordFormatError as exc:
-                    log.warning("skipping unreadable offsets record", partition=index,
-                                error=str(exc))
+        for key, value in self._records((OFFSETS_TOPIC, partition)):
+            count += 1
+            try:
+                _apply(groups, rec.decode_key(key), value)
+            except rec.RecordFormatError as exc:
+                log.warning("skipping unreadable offsets record", partition=partition,
+                            error=str(exc))
         for group_id in [g for g, s in groups.items() if s.metadata is None and not s.offsets]:
             del groups[group_id]
-        log.info("group state loaded", records=count, groups=len(groups))
+        if count:
+            log.info("group state loaded", partition=partition, records=count,
+                     groups=len(groups))
         return groups
 
     def _records(self, tp: tuple[str, int]) -> Iterator[Record]:

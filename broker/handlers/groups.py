@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -36,10 +37,13 @@ from broker.context import BrokerContext, client_host
 from broker.coordinator import GroupCoordinator, admin
 from broker.coordinator.group import JoinRequest
 from protocol.api import RequestHeader
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaApiError
 from replication.internal_topics import OFFSETS_TOPIC, TRANSACTION_TOPIC, partition_for
 from replication.metadata_cache import BrokerEndpoint
 
+log = structlog.get_logger(__name__)
+
+E_NONE = ErrorCode.NONE
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 # ACL operations a group supports (READ, DELETE, DESCRIBE); with no
@@ -60,6 +64,14 @@ def _error(ctx: BrokerContext, api: str, code: int) -> int:
     return code
 
 
+def not_here(ctx: BrokerContext, group_id: str | None) -> ErrorCode:
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS if this broker does not
+    coordinate ``group_id`` now (an empty or null id is the coordinator's to refuse)."""
+    if not group_id:
+        return ErrorCode.NONE
+    return coordinator(ctx).check(group_id)
+
+
 # -- FindCoordinator --------------------------------------------------------------
 
 
@@ -67,7 +79,7 @@ async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req
     v = header.api_version
     resp = FindCoordinatorResponse[v]
     keys = list(req.coordinator_keys) if v >= 4 else [req.key]
-    found = [_find(ctx, req.key_type, key) for key in keys]
+    found = [await _find(ctx, req.key_type, key) for key in keys]
     if v < 4:
         code, message, node = found[0]
         return resp(throttle_time_ms=0, error_code=code, error_message=message,
@@ -80,17 +92,31 @@ async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req
         for key, (code, message, node) in zip(keys, found, strict=True)])
 
 
-def _find(ctx: BrokerContext, key_type: int, key: str
-          ) -> tuple[int, str | None, BrokerEndpoint | None]:
-    """The coordinator of ``key``: the leader of its internal-topic partition."""
+async def _find(ctx: BrokerContext, key_type: int, key: str
+                ) -> tuple[int, str | None, BrokerEndpoint | None]:
+    """The coordinator of ``key``: the leader of its internal-topic partition.
+
+    As Kafka, the internal topic is created on the first lookup when the
+    cluster has none yet (this one answers COORDINATOR_NOT_AVAILABLE; the
+    client asks again once leaders are elected).
+    """
     if key_type == GROUP_KEY_TYPE:
         topic = OFFSETS_TOPIC
+        internal = ctx.groups.store.topic if ctx.groups is not None else None
     elif key_type == TRANSACTION_KEY_TYPE:
         topic = TRANSACTION_TOPIC
+        internal = ctx.transactions.log.topic if ctx.transactions is not None else None
     else:
         return (_error(ctx, "FindCoordinator", ErrorCode.INVALID_REQUEST),
                 f"key type {key_type}", None)
     info = ctx.metadata.topic(topic)
+    if info is None and internal is not None:
+        try:
+            await internal.ensure()
+        except KafkaApiError as exc:
+            log.info("internal topic not created", topic=topic, error=exc.code.name,
+                     detail=exc.message)
+        info = ctx.metadata.topic(topic)
     state = (ctx.metadata.partition((topic, partition_for(key, info.partitions)))
              if info is not None else None)
     node = ctx.metadata.broker(state.leader) if state is not None else None
@@ -106,6 +132,11 @@ def _find(ctx: BrokerContext, key_type: int, key: str
 async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     v = header.api_version
     resp = JoinGroupResponse[v]
+    if code := not_here(ctx, req.group_id):
+        return resp(throttle_time_ms=0, error_code=_error(ctx, "JoinGroup", code),
+                    generation_id=-1, protocol_type=None,
+                    protocol_name=None if v >= 7 else "", leader="", skip_assignment=False,
+                    member_id=req.member_id, members=[])
     result = await coordinator(ctx).join_group(JoinRequest(
         group_id=req.group_id, member_id=req.member_id,
         group_instance_id=req.group_instance_id if v >= 5 else None,
@@ -128,6 +159,9 @@ async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any)
 
 async def handle_sync_group(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     v = header.api_version
+    if code := not_here(ctx, req.group_id):
+        return SyncGroupResponse[v](throttle_time_ms=0, error_code=_error(ctx, "SyncGroup", code),
+                                    protocol_type=None, protocol_name=None, assignment=b"")
     result = await coordinator(ctx).sync_group(
         req.group_id, req.generation_id, req.member_id,
         req.group_instance_id if v >= 3 else None,
@@ -142,8 +176,8 @@ async def handle_sync_group(ctx: BrokerContext, header: RequestHeader, req: Any)
 
 async def handle_heartbeat(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     v = header.api_version
-    code = coordinator(ctx).heartbeat(req.group_id, req.generation_id, req.member_id,
-                                      req.group_instance_id if v >= 3 else None)
+    code = not_here(ctx, req.group_id) or coordinator(ctx).heartbeat(
+        req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None)
     return HeartbeatResponse[v](throttle_time_ms=0, error_code=_error(ctx, "Heartbeat", code))
 
 
@@ -154,7 +188,12 @@ async def handle_leave_group(ctx: BrokerContext, header: RequestHeader, req: Any
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         leaving = [(req.member_id, None)]
-    code, errors = coordinator(ctx).leave_group(req.group_id, leaving)
+    if code := not_here(ctx, req.group_id):
+        errors: list[ErrorCode] = []
+    else:
+        code, errors = coordinator(ctx).leave_group(req.group_id, leaving)
+        if E_NONE in errors:
+            code = await coordinator(ctx).durable(req.group_id, code)
     for err in (code, *errors):
         _error(ctx, "LeaveGroup", err)
     if v < 3:
@@ -188,7 +227,10 @@ async def handle_describe_groups(ctx: BrokerContext, header: RequestHeader, req:
     ops = GROUP_OPERATIONS if v >= 3 and req.include_authorized_operations else None
     out = []
     for group_id in req.groups:
-        d = admin.describe_group(coordinator(ctx).groups, group_id)
+        if code := not_here(ctx, group_id):
+            d = admin.GroupDescription(code, group_id, "")
+        else:
+            d = admin.describe_group(coordinator(ctx).groups, group_id)
         out.append(group_cls(
             error_code=_error(ctx, "DescribeGroups", d.error), group_id=d.group_id,
             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
@@ -205,7 +247,13 @@ async def handle_delete_groups(ctx: BrokerContext, header: RequestHeader, req: A
     resp = DeleteGroupsResponse[v]
     coord = coordinator(ctx)
     names = list(req.groups_names)
-    errors = admin.delete_groups(coord.groups, coord.offsets, names)
+    here = [n for n in names if not not_here(ctx, n)]
+    deleted = dict(zip(here, admin.delete_groups(coord.groups, coord.offsets, here),
+                       strict=True))
+    errors = [deleted[n] if n in deleted else not_here(ctx, n) for n in names]
+    for name in {n for n, err in deleted.items() if err is E_NONE}:
+        if (err := await coord.durable(name)) is not E_NONE:
+            errors = [err if n == name else e for n, e in zip(names, errors, strict=True)]
     return resp(throttle_time_ms=0, results=[
         resp.DeletableGroupResult(group_id=name, error_code=_error(ctx, "DeleteGroups", err))
         for name, err in zip(names, errors, strict=True)])

@@ -22,7 +22,7 @@ from kafka.protocol.consumer import (
 from broker.context import BrokerContext
 from broker.coordinator.group import TopicPartition
 from broker.coordinator.offsets import PartitionCommit
-from broker.handlers.groups import coordinator
+from broker.handlers.groups import coordinator, not_here
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 
@@ -41,13 +41,17 @@ async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: A
     part_cls = topic_cls.OffsetCommitResponsePartition
     wanted = [(t.name, p) for t in req.topics for p in t.partitions]
     known = [_exists(ctx, (name, p.partition_index)) for name, p in wanted]
-    errors = iter(coordinator(ctx).offsets.commit(
-        req.group_id, req.generation_id_or_member_epoch, req.member_id,
-        req.group_instance_id if v >= 7 else None,
-        req.retention_time_ms if v <= 4 else -1,
-        [PartitionCommit(name, p.partition_index, p.committed_offset,
-                         p.committed_leader_epoch if v >= 6 else NO_EPOCH, p.committed_metadata)
-         for (name, p), ok in zip(wanted, known, strict=True) if ok]))
+    commits = [PartitionCommit(name, p.partition_index, p.committed_offset,
+                               p.committed_leader_epoch if v >= 6 else NO_EPOCH,
+                               p.committed_metadata)
+               for (name, p), ok in zip(wanted, known, strict=True) if ok]
+    if code := not_here(ctx, req.group_id):
+        errors = iter([code] * len(commits))
+    else:
+        errors = iter(await coordinator(ctx).commit_offsets(
+            req.group_id, req.generation_id_or_member_epoch, req.member_id,
+            req.group_instance_id if v >= 7 else None,
+            req.retention_time_ms if v <= 4 else -1, commits))
     by_topic: dict[str, list[Any]] = {}
     for (name, p), ok in zip(wanted, known, strict=True):
         code = next(errors) if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -66,14 +70,28 @@ async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: An
     stable = v >= 7 and bool(req.require_stable)
     if v >= 8:
         group_cls = resp.OffsetFetchResponseGroup
-        return resp(throttle_time_ms=0, groups=[
-            group_cls(group_id=g.group_id, error_code=0,
-                      topics=_fetch(ctx, group_cls.OffsetFetchResponseTopics, g.group_id,
-                                    g.topics, "OffsetFetchResponsePartitions", stable))
-            for g in req.groups])
+        groups = []
+        for g in req.groups:
+            if code := _not_here(ctx, g.group_id):
+                groups.append(group_cls(group_id=g.group_id, error_code=code, topics=[]))
+                continue
+            groups.append(group_cls(
+                group_id=g.group_id, error_code=0,
+                topics=_fetch(ctx, group_cls.OffsetFetchResponseTopics, g.group_id, g.topics,
+                              "OffsetFetchResponsePartitions", stable)))
+        return resp(throttle_time_ms=0, groups=groups)
+    if code := _not_here(ctx, req.group_id):
+        return resp(throttle_time_ms=0, error_code=code, topics=[])
     topics = _fetch(ctx, resp.OffsetFetchResponseTopic, req.group_id, req.topics,
                     "OffsetFetchResponsePartition", stable)
     return resp(throttle_time_ms=0, error_code=0, topics=topics)
+
+
+def _not_here(ctx: BrokerContext, group_id: str) -> ErrorCode:
+    code = not_here(ctx, group_id)
+    if code:
+        ctx.metrics.error("OffsetFetch", code)
+    return code
 
 
 def _fetch(ctx: BrokerContext, topic_cls: Any, group_id: str, topics: Any | None,
@@ -84,8 +102,7 @@ def _fetch(ctx: BrokerContext, topic_cls: Any, group_id: str, topics: Any | None
                                           for p in t.partition_indexes]
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), value in coordinator(ctx).offsets.fetch(group_id, wanted):
-        if stable and ctx.transactions is not None \
-                and ctx.transactions.offsets_pending(group_id, (topic, partition)):
+        if stable and coordinator(ctx).txn_offsets.has_pending(group_id, (topic, partition)):
             ctx.metrics.error("OffsetFetch", ErrorCode.UNSTABLE_OFFSET_COMMIT)
             by_topic.setdefault(topic, []).append(part_cls(
                 partition_index=partition, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT,
@@ -105,7 +122,11 @@ async def handle_offset_delete(ctx: BrokerContext, header: RequestHeader, req: A
     part_cls = topic_cls.OffsetDeleteResponsePartition
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     known = [tp for tp in wanted if _exists(ctx, tp)]
-    code, errors = coordinator(ctx).offsets.delete(req.group_id, known)
+    code = not_here(ctx, req.group_id)
+    errors: list[ErrorCode] = []
+    if not code:
+        code, errors = coordinator(ctx).offsets.delete(req.group_id, known)
+        code = await coordinator(ctx).durable(req.group_id, code)
     if code:
         ctx.metrics.error("OffsetDelete", code)
         return resp(error_code=code, throttle_time_ms=0, topics=[])

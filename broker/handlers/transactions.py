@@ -1,5 +1,10 @@
-"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit: requests in,
-``broker.transactions`` calls, responses out.
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and
+WriteTxnMarkers: requests in, ``broker.transactions`` calls, responses out.
+
+WriteTxnMarkers comes from another broker's transaction coordinator: each
+partition's marker is appended here as its leader and answered once the
+in-sync replicas have it (``markers.write_local``), the partitions of one
+request in parallel.
 
 As Kafka's request layer: partitions of topics this broker lacks are
 answered UNKNOWN_TOPIC_OR_PARTITION before the coordinator sees the request
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -27,13 +33,18 @@ from kafka.protocol.producer import (
     EndTxnResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 from broker.context import BrokerContext
 from broker.coordinator.offsets import PartitionCommit
+from broker.handlers.groups import not_here
 from broker.transactions import TransactionCoordinator
+from broker.transactions.markers import Marker, write_local
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
+from storage.log.manager import now_ms
 
 E = ErrorCode
 # First request version that may carry PRODUCER_FENCED (older ones get INVALID_PRODUCER_EPOCH).
@@ -69,20 +80,20 @@ async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: 
     v = header.api_version
     resp = AddPartitionsToTxnResponse[v]
     if v < _BATCHED_VERSION:
-        topics = _add_one(ctx, resp, v, req.v3_and_below_transactional_id,
+        topics = await _add_one(ctx, resp, v, req.v3_and_below_transactional_id,
                           req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
                           req.v3_and_below_topics, verify_only=False)
         return resp(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
     results = [resp.AddPartitionsToTxnResult(
         transactional_id=t.transactional_id,
-        topic_results=_add_one(ctx, resp, v, t.transactional_id, t.producer_id, t.producer_epoch,
-                               t.topics, verify_only=t.verify_only))
+        topic_results=await _add_one(ctx, resp, v, t.transactional_id, t.producer_id,
+                                     t.producer_epoch, t.topics, verify_only=t.verify_only))
         for t in req.transactions]
     return resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
 
 
-def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: int, epoch: int,
-             topics: Any, verify_only: bool) -> list[Any]:
+async def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: int,
+                   epoch: int, topics: Any, verify_only: bool) -> list[Any]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     known = {tp: ctx.metadata.has_partition(tp) for tp in wanted}
     coord = coordinator(ctx)
@@ -92,7 +103,7 @@ def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: in
     elif verify_only:
         errors = coord.verify_partitions(txn_id, producer_id, epoch, set(wanted))
     else:
-        code = coord.add_partitions(txn_id, producer_id, epoch, set(wanted))
+        code = await coord.add_partitions(txn_id, producer_id, epoch, set(wanted))
         errors = dict.fromkeys(wanted, fenced_for(code, v))
     by_topic: dict[str, list[Any]] = {}
     part_cls = resp.AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
@@ -108,14 +119,14 @@ def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: in
 
 
 async def handle_add_offsets(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
-    code = coordinator(ctx).add_offsets(req.transactional_id, req.producer_id,
+    code = await coordinator(ctx).add_offsets(req.transactional_id, req.producer_id,
                                         req.producer_epoch, req.group_id)
     code = _count(ctx, "AddOffsetsToTxn", fenced_for(code, header.api_version))
     return AddOffsetsToTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
 
 
 async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
-    code = coordinator(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+    code = await coordinator(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                     bool(req.committed))
     code = _count(ctx, "EndTxn", fenced_for(code, header.api_version))
     return EndTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
@@ -134,10 +145,13 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, re
                                p.committed_metadata)
                for t in req.topics for p in t.partitions
                if ctx.metadata.has_partition((t.name, p.partition_index))]
-    errors = iter(coordinator(ctx).txn_offset_commit(
-        req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
-        req.generation_id if v >= 3 else -1, req.member_id if v >= 3 else "",
-        req.group_instance_id if v >= 3 else None, commits) if commits else [])
+    if commits and (code := not_here(ctx, req.group_id)):
+        errors = iter([code] * len(commits))
+    else:
+        errors = iter(await coordinator(ctx).txn_offset_commit(
+            req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
+            req.generation_id if v >= 3 else -1, req.member_id if v >= 3 else "",
+            req.group_instance_id if v >= 3 else None, commits) if commits else [])
     topics = []
     for t in req.topics:
         parts = []
@@ -150,7 +164,42 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, re
     return resp(throttle_time_ms=0, topics=topics)
 
 
+# -- WriteTxnMarkers ------------------------------------------------------------------
+
+
+async def handle_write_txn_markers(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+    resp = WriteTxnMarkersResponse[header.api_version]
+    result_cls = resp.WritableTxnMarkerResult
+    topic_cls = result_cls.WritableTxnMarkerTopicResult
+    part_cls = topic_cls.WritableTxnMarkerPartitionResult
+    complete = ctx.groups.txn_offsets.complete if ctx.groups is not None else None
+    timeout_ms = int(ctx.config["request.timeout.ms"])
+    codes: dict[tuple[int, str, int], ErrorCode] = {}
+
+    async def one(index: int, marker: Marker, tp: tuple[str, int]) -> None:
+        if not ctx.metadata.has_partition(tp):
+            codes[(index, *tp)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            return
+        codes[(index, *tp)] = await write_local(ctx.replicas, complete, tp, marker, now_ms(),
+                                                timeout_ms)
+
+    async with trio.open_nursery() as nursery:
+        for index, m in enumerate(req.markers):
+            marker = Marker(m.producer_id, m.producer_epoch, bool(m.transaction_result),
+                            m.coordinator_epoch)
+            for t in m.topics:
+                for p in t.partition_indexes:
+                    nursery.start_soon(one, index, marker, (t.name, p))
+    return resp(markers=[result_cls(producer_id=m.producer_id, topics=[
+        topic_cls(name=t.name, partitions=[
+            part_cls(partition_index=p,
+                     error_code=_count(ctx, "WriteTxnMarkers", codes[(index, t.name, p)]))
+            for p in t.partition_indexes])
+        for t in m.topics]) for index, m in enumerate(req.markers)])
+
+
 HANDLERS = {
+    WriteTxnMarkersRequest.API_KEY: handle_write_txn_markers,
     AddPartitionsToTxnRequest.API_KEY: handle_add_partitions,
     AddOffsetsToTxnRequest.API_KEY: handle_add_offsets,
     EndTxnRequest.API_KEY: handle_end_txn,

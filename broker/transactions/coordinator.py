@@ -1,23 +1,32 @@
 """The transaction coordinator: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
 EndTxn, TxnOffsetCommit, transaction timeouts and transactional-id expiry.
 
-Theory of operation: this broker coordinates every transactional id (all of
-``__transaction_state`` is local). Requests run on the event loop; apart from
-allocating a new producer id, nothing here awaits, so each request sees and
-leaves the state consistent, and Kafka's "pending transition" bookkeeping
-(needed there because log appends complete asynchronously) is not needed:
-a new ``TxnMetadata`` version is appended to ``__transaction_state`` and
-installed only if the append succeeded.
+Theory of operation: a transactional id belongs to the broker leading its
+partition of ``__transaction_state``. The coordinator owns the partitions
+this broker leads (one broker: all, loaded at start; cluster mode: as
+``on_leadership`` reports them). Becoming leader marks a partition loading
+(COORDINATOR_LOAD_IN_PROGRESS) until a task has replayed it and sent the
+markers its prepared transactions still owe; losing leadership drops its
+ids at once. Requests for ids of partitions not owned here get
+NOT_COORDINATOR.
 
-Ending a transaction runs to completion in the request: PrepareCommit /
-PrepareAbort is written, the markers are appended to every partition of the
-transaction (in process, ``markers.write_markers``), transactional offsets
-are handed to the group coordinator on commit, and CompleteCommit /
-CompleteAbort is written. A marker that could not be written leaves the
-transaction prepared with the partitions still owed a marker; the periodic
-task retries them, and until then requests for the id get
-CONCURRENT_TRANSACTIONS, as in Kafka. On start, prepared transactions found
-in the log get their markers (again).
+State changes are made without awaiting in between: a new ``TxnMetadata``
+version is appended to the local log and installed only if that append
+worked, so the in-memory state always matches the local log. The request
+is answered once the in-sync replicas have the write (``_install_durably``);
+if they never do, its error is answered and the client retries (on a new
+coordinator after a failover, which rebuilds from its own log).
+
+Ending a transaction: PrepareCommit / PrepareAbort is written and made
+durable, then the markers go to every partition's leader
+(``markers.MarkerWriter``: in process or WriteTxnMarkers), and
+CompleteCommit / CompleteAbort is written. Markers are sent only for a
+durable Prepare*, so a coordinator that dies before the Prepare is
+replicated leaves no partition with a marker. A marker that could not be
+written leaves the transaction prepared with the partitions still owed a
+marker; the periodic task retries them, and until then requests for the id
+get CONCURRENT_TRANSACTIONS, as in Kafka. At most one marker round runs per
+id at a time (``_in_flight``).
 
 Timers: every transaction.abort.timed.out.transaction.cleanup.interval.ms
 an Ongoing transaction older than its timeout is fenced (epoch bump) and
@@ -44,7 +53,7 @@ import trio
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
 from broker.transactions.log_store import TxnLogStore
-from broker.transactions.markers import AppendMarker, write_markers
+from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import (
     EXPIRABLE,
     MAX_PRODUCER_EPOCH,
@@ -55,10 +64,9 @@ from broker.transactions.state import (
     TxnState,
     epoch_exhausted,
 )
-from broker.transactions.txn_offsets import TxnOffsets
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.internal_topics import InternalTopic
+from replication.internal_topics import OFFSETS_TOPIC, TRANSACTION_TOPIC, InternalTopic
 from storage.log.manager import now_ms
 
 log = structlog.get_logger(__name__)
@@ -76,35 +84,45 @@ class InitResult:
 
 class TransactionCoordinator:
     def __init__(self, config: BrokerConfig, topic: InternalTopic,
-                 groups: GroupCoordinator | None, append_marker: AppendMarker,
+                 groups: GroupCoordinator | None, markers: MarkerWriter,
                  allocate_producer_id: Callable[[], Awaitable[int]],
-                 wall_clock: Callable[[], int] = now_ms) -> None:
+                 wall_clock: Callable[[], int] = now_ms, follow_leadership: bool = False) -> None:
+        """Args:
+            follow_leadership: cluster mode: own only the partitions this broker
+                leads, as ``on_leadership`` reports them (else: all, at start).
+        """
         self.config = config
-        self.append_marker = append_marker
+        self.markers = markers
         self.wall_clock = wall_clock
         self.allocate_producer_id = allocate_producer_id
+        self.follow_leadership = follow_leadership
         self.log = TxnLogStore(topic, wall_clock)
-        self.offsets = (TxnOffsets(groups.store.topic, groups, wall_clock)
-                        if groups is not None else None)
+        self.groups = groups
+        if groups is not None:
+            markers.complete_offsets = groups.txn_offsets.complete
         self.txns: dict[str, TxnMetadata] = {}
-        self.loaded = False
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._in_flight: set[str] = set()
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self.config["request.timeout.ms"])
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Create/load ``__transaction_state``, finish prepared transactions, run timers.
-
-        Start after the group coordinator has loaded (transactional offsets
-        are replayed into it).
-        """
-        await self.log.ensure_topic()
-        self.txns = self.log.load()
-        if self.offsets is not None:
-            self.offsets.replay()
-        self.retry_markers()
-        self.loaded = True
-        task_status.started()
+        """Run timers, partition loads and marker rounds until cancelled. On one
+        broker, first create ``__transaction_state`` and load all of it."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if not self.follow_leadership:
+                await self.log.ensure_topic()
+                for partition in range(self.log.partitions):
+                    self.loading.add(partition)
+                    await self._load(partition)
+            task_status.started()
             nursery.start_soon(self._every,
                                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                                self.abort_timed_out)
@@ -112,30 +130,82 @@ class TransactionCoordinator:
                                "transaction.remove.expired.transaction.cleanup.interval.ms",
                                self.expire_transactional_ids)
 
-    async def _every(self, interval_key: str, task: Callable[[], None]) -> None:
+    def on_leadership(self, tp: tuple[str, int], leader: bool) -> None:
+        """This broker became (or stopped being) the leader of ``tp``."""
+        if tp[0] != TRANSACTION_TOPIC:
+            return
+        partition = tp[1]
+        if not leader:
+            self._unload(partition)
+        elif partition not in self.owned and partition not in self.loading:
+            self.loading.add(partition)
+            assert self._nursery is not None, "leadership reported before the coordinator runs"
+            self._nursery.start_soon(self._load, partition)
+
+    async def _load(self, partition: int) -> None:
+        """Replay one partition; finish the transactions it left prepared."""
+        await trio.lowlevel.checkpoint()
+        if partition not in self.loading:
+            return  # unloaded before the load ran
+        loaded = self.log.load(partition)
+        self.txns.update(loaded)
+        self.loading.discard(partition)
+        self.owned.add(partition)
+        prepared = [t for t in loaded.values() if t.state in PREPARED]
+        log.info("transaction coordinator loaded partition", partition=partition,
+                 transactional_ids=len(loaded), prepared=len(prepared))
+        for txn in prepared:
+            await self._send_markers(txn)
+
+    def _unload(self, partition: int) -> None:
+        was_owned = partition in self.owned
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        doomed = [i for i in self.txns if self.log.partition_of(i) == partition]
+        for txn_id in doomed:
+            del self.txns[txn_id]
+        self.log.topic.forget(partition)
+        if was_owned:
+            log.info("transaction coordinator unloaded partition", partition=partition,
+                     transactional_ids=len(doomed))
+
+    def owns(self, txn_id: str) -> bool:
+        return self.log.partition_of(txn_id) in self.owned
+
+    def _check(self, txn_id: str) -> ErrorCode:
+        """NONE if this broker coordinates ``txn_id`` now; else what to answer."""
+        partition = self.log.partition_of(txn_id)
+        if partition in self.owned:
+            return E.NONE
+        if partition in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NOT_COORDINATOR
+
+    async def _every(self, interval_key: str, task: Callable[[], Awaitable[None]]) -> None:
         interval = max(int(self.config[interval_key]), 1) / 1000
         while True:
             await trio.sleep(interval)
             try:
-                task()
+                await task()
             except Exception:
                 log.exception("transaction coordinator task failed", task=task.__name__)
 
-    def abort_timed_out(self) -> None:
+    async def abort_timed_out(self) -> None:
         """Fence and abort Ongoing transactions past their timeout; retry owed markers."""
-        self.retry_markers()
+        await self.retry_markers()
         now = self.wall_clock()
         for txn in list(self.txns.values()):
-            if txn.state is S.ONGOING and txn.start_timestamp + txn.timeout_ms < now:
+            if txn.state is S.ONGOING and txn.start_timestamp + txn.timeout_ms < now \
+                    and self.txns.get(txn.transactional_id) is txn:
                 log.info("aborting timed-out transaction", transactional_id=txn.transactional_id,
                          producer_id=txn.producer_id, epoch=txn.producer_epoch,
                          timeout_ms=txn.timeout_ms, age_ms=now - txn.start_timestamp)
-                self._fence_and_abort(txn)
+                await self._fence_and_abort(txn)
 
-    def retry_markers(self) -> None:
+    async def retry_markers(self) -> None:
         for txn in list(self.txns.values()):
-            if txn.state in PREPARED:
-                self._send_markers(txn)
+            if txn.state in PREPARED and self.txns.get(txn.transactional_id) is txn:
+                await self._send_markers(txn)
 
     def expire_transactional_ids(self) -> None:
         """Drop ids idle for transactional.id.expiration.ms (tombstone first)."""
@@ -143,6 +213,8 @@ class TransactionCoordinator:
         expiration = self.config["transactional.id.expiration.ms"]
         for txn_id, txn in list(self.txns.items()):
             if txn.state not in EXPIRABLE or txn.last_update_timestamp + expiration > now:
+                continue
+            if txn_id in self._in_flight:
                 continue
             txn.prepare(S.DEAD)  # checks the move; Dead is never stored, a tombstone is
             if self.log.append(None, txn_id) is E.NONE:
@@ -161,12 +233,14 @@ class TransactionCoordinator:
         """
         if not txn_id:
             return InitResult(E.INVALID_REQUEST)
-        if not self.loaded:
-            return InitResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if (code := self._check(txn_id)) is not E.NONE:
+            return InitResult(code)
         if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
         if txn_id not in self.txns:
             pid = await self.allocate_producer_id()
+            if (code := self._check(txn_id)) is not E.NONE:
+                return InitResult(code)
             self.txns.setdefault(txn_id, TxnMetadata(txn_id, pid, NO_PRODUCER_EPOCH, timeout_ms,
                                                      S.EMPTY, last_update_timestamp=self.wall_clock()))
         txn = self.txns[txn_id]
@@ -178,7 +252,7 @@ class TransactionCoordinator:
         if txn.state is S.ONGOING:
             # Abort the previous instance's transaction under a bumped epoch; the
             # client retries and gets the next one (Kafka's PrepareEpochFence).
-            error = self._fence_and_abort(txn)
+            error = await self._fence_and_abort(txn)
             return InitResult(error if error is not E.NONE else E.CONCURRENT_TRANSACTIONS)
         if epoch_exhausted(txn.producer_epoch) and (expected is None
                                                     or expected[1] == txn.producer_epoch):
@@ -195,7 +269,7 @@ class TransactionCoordinator:
         new = txn.prepare(S.EMPTY, producer_id=pid, producer_epoch=epoch, last_producer_epoch=last,
                           timeout_ms=timeout_ms, partitions=frozenset(), start_timestamp=-1,
                           last_update_timestamp=self.wall_clock())
-        error = self._install(new)
+        error = await self._install_durably(new)
         if error is not E.NONE:
             return InitResult(error)
         log.info("initialized transactional id", transactional_id=txn_id, producer_id=pid,
@@ -208,8 +282,8 @@ class TransactionCoordinator:
         """The id's metadata if the producer is its current one, else the error."""
         if not txn_id:
             return E.INVALID_REQUEST
-        if not self.loaded:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if (code := self._check(txn_id)) is not E.NONE:
+            return code
         txn = self.txns.get(txn_id)
         if txn is None or txn.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
@@ -217,8 +291,8 @@ class TransactionCoordinator:
             return E.PRODUCER_FENCED
         return txn
 
-    def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
-                       partitions: set[TopicPartition]) -> ErrorCode:
+    async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                             partitions: set[TopicPartition]) -> ErrorCode:
         txn = self._current(txn_id, producer_id, epoch)
         if isinstance(txn, ErrorCode):
             return txn
@@ -228,8 +302,9 @@ class TransactionCoordinator:
             return E.NONE
         now = self.wall_clock()
         start = txn.start_timestamp if txn.state is S.ONGOING else now
-        return self._install(txn.prepare(S.ONGOING, partitions=txn.partitions | partitions,
-                                         start_timestamp=start, last_update_timestamp=now))
+        return await self._install_durably(txn.prepare(
+            S.ONGOING, partitions=txn.partitions | partitions, start_timestamp=start,
+            last_update_timestamp=now))
 
     def verify_partitions(self, txn_id: str, producer_id: int, epoch: int,
                           partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -242,22 +317,30 @@ class TransactionCoordinator:
         return {tp: E.NONE if txn.state is S.ONGOING and tp in txn.partitions
                 else E.INVALID_TXN_STATE for tp in partitions}
 
-    def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+    def offsets_partition(self, group_id: str) -> TopicPartition | None:
+        """The group's __consumer_offsets partition (None: no group coordinator)."""
+        if self.groups is None:
+            return None
+        return OFFSETS_TOPIC, self.groups.store.partition_of(group_id)
+
+    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int,
+                          group_id: str) -> ErrorCode:
         """Add the group's __consumer_offsets partition to the transaction."""
-        if self.offsets is None:
+        tp = self.offsets_partition(group_id)
+        if tp is None:
             return E.COORDINATOR_NOT_AVAILABLE
-        return self.add_partitions(txn_id, producer_id, epoch,
-                                   {self.offsets.offsets_partition(group_id)})
+        return await self.add_partitions(txn_id, producer_id, epoch, {tp})
 
     # -- EndTxn --------------------------------------------------------------------
 
-    def end_txn(self, txn_id: str, producer_id: int, epoch: int, committed: bool) -> ErrorCode:
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int,
+                      committed: bool) -> ErrorCode:
         """Kafka's handleEndTransaction from a client (strict epoch equality)."""
         txn = self._current(txn_id, producer_id, epoch)
         if isinstance(txn, ErrorCode):
             return txn
         if txn.state is S.ONGOING:
-            return self._end(txn, committed)
+            return await self._end(txn, committed)
         done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if committed
                           else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
         if txn.state is done:
@@ -268,77 +351,99 @@ class TransactionCoordinator:
                  commit=committed)
         return E.INVALID_TXN_STATE
 
-    def _fence_and_abort(self, txn: TxnMetadata) -> ErrorCode:
+    async def _fence_and_abort(self, txn: TxnMetadata) -> ErrorCode:
         bumped = txn.producer_epoch if txn.producer_epoch >= MAX_PRODUCER_EPOCH \
             else txn.producer_epoch + 1
         fenced = txn.prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=bumped,
                              last_producer_epoch=NO_PRODUCER_EPOCH)
-        return self._end(fenced, committed=False)
+        return await self._end(fenced, committed=False)
 
-    def _end(self, txn: TxnMetadata, committed: bool) -> ErrorCode:
+    async def _end(self, txn: TxnMetadata, committed: bool) -> ErrorCode:
         prepared = txn.prepare(S.PREPARE_COMMIT if committed else S.PREPARE_ABORT,
                                last_update_timestamp=self.wall_clock())
-        error = self._install(prepared)
+        error = await self._install_durably(prepared)
         if error is E.NONE:
-            self._send_markers(prepared)
+            await self._send_markers(prepared)
         return error
 
-    def _send_markers(self, txn: TxnMetadata) -> None:
-        """Write the markers still owed; once all landed, complete the transaction."""
-        committed = txn.state is S.PREPARE_COMMIT
+    async def _send_markers(self, txn: TxnMetadata) -> None:
+        """Write the markers still owed; once all landed, complete the transaction.
+
+        Only for a Prepare* the in-sync replicas have; one round per id at a time.
+        """
         txn_id = txn.transactional_id
-        now = self.wall_clock()
-        owed = write_markers(self.append_marker, txn, committed,
-                             self.log.coordinator_epoch(txn_id), now)
+        if txn_id in self._in_flight:
+            return
+        self._in_flight.add(txn_id)
+        try:
+            await self._marker_round(txn)
+        finally:
+            self._in_flight.discard(txn_id)
+
+    async def _marker_round(self, txn: TxnMetadata) -> None:
+        txn_id = txn.transactional_id
+        if await self.log.wait_durable(txn_id, self.timeout_ms) is not E.NONE:
+            return  # retried by the periodic task while we still own the id
+        committed = txn.state is S.PREPARE_COMMIT
+        coordinator_epoch = self.log.coordinator_epoch(txn_id)
+        owed = await self.markers.write(txn, committed, coordinator_epoch, self.wall_clock())
+        if self.txns.get(txn_id) is not txn:
+            return  # unloaded (leadership moved) or replaced while the markers were out
         if owed:
             self.txns[txn_id] = txn.with_partitions(owed)
             return
-        if self.offsets is not None:
-            self.offsets.complete(txn.producer_id, committed)
         done = txn.prepare(S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT,
-                           partitions=frozenset(), last_update_timestamp=now)
+                           partitions=frozenset(), last_update_timestamp=self.wall_clock())
         if self._install(done) is not E.NONE:
             # Markers are all written; the periodic task writes Complete* again.
             self.txns[txn_id] = txn.with_partitions(frozenset())
             return
         log.info("transaction completed", transactional_id=txn_id, producer_id=txn.producer_id,
                  epoch=txn.producer_epoch, committed=committed, partitions=len(txn.partitions))
+        await self.log.wait_durable(txn_id, self.timeout_ms)
 
     def _install(self, txn: TxnMetadata) -> ErrorCode:
-        """Append ``txn`` to the log and, if that worked, make it current."""
+        """Append ``txn`` to the local log and, if that worked, make it current."""
         error = self.log.append(txn, txn.transactional_id)
         if error is E.NONE:
             self.txns[txn.transactional_id] = txn
         return error
 
+    async def _install_durably(self, txn: TxnMetadata) -> ErrorCode:
+        """``_install``, then wait until the in-sync replicas have it."""
+        error = self._install(txn)
+        if error is not E.NONE:
+            return error
+        return await self.log.wait_durable(txn.transactional_id, self.timeout_ms)
+
     # -- TxnOffsetCommit and produce verification ----------------------------------
 
-    def offsets_pending(self, group_id: str, tp: TopicPartition) -> bool:
-        """Whether an open transaction holds an offset of ``tp`` for the group (KIP-447)."""
-        return self.offsets is not None and self.offsets.has_pending(group_id, tp)
-
-    def txn_offset_commit(self, txn_id: str, group_id: str, producer_id: int, epoch: int,
-                          generation_id: int, member_id: str, group_instance_id: str | None,
-                          commits: list[PartitionCommit]) -> list[ErrorCode]:
+    async def txn_offset_commit(self, txn_id: str, group_id: str, producer_id: int, epoch: int,
+                                generation_id: int, member_id: str,
+                                group_instance_id: str | None,
+                                commits: list[PartitionCommit]) -> list[ErrorCode]:
         """Stage offsets in the open transaction; one error per entry of ``commits``.
 
-        The producer must be the id's current one (INVALID_PRODUCER_ID_MAPPING /
-        INVALID_PRODUCER_EPOCH, what the log answers Kafka's group coordinator)
-        and must have added the group with AddOffsetsToTxn (INVALID_TXN_STATE).
+        This is the group coordinator's request (the caller checked that this
+        broker coordinates the group). When this broker also coordinates the
+        transactional id, the producer must be the id's current one
+        (INVALID_PRODUCER_ID_MAPPING / INVALID_PRODUCER_EPOCH) and must have
+        added the group with AddOffsetsToTxn (INVALID_TXN_STATE); otherwise, as
+        in Kafka, the producer epoch is checked by the log append.
         """
-        if self.offsets is None:
+        tp = self.offsets_partition(group_id)
+        if tp is None or self.groups is None:
             return [E.COORDINATOR_NOT_AVAILABLE] * len(commits)
-        txn = self._current(txn_id, producer_id, epoch)
-        if txn is E.PRODUCER_FENCED:
-            txn = E.INVALID_PRODUCER_EPOCH
-        if isinstance(txn, ErrorCode):
-            return [txn] * len(commits)
-        if txn.state is not S.ONGOING or self.offsets.offsets_partition(group_id) not in txn.partitions:
-            return [E.INVALID_TXN_STATE] * len(commits)
-        error = self.offsets.validate_member(group_id, generation_id, member_id, group_instance_id)
-        if error is not E.NONE:
-            return [error] * len(commits)
-        return self.offsets.stage(group_id, producer_id, epoch, commits)
+        if self.owns(txn_id):
+            txn = self._current(txn_id, producer_id, epoch)
+            if txn is E.PRODUCER_FENCED:
+                txn = E.INVALID_PRODUCER_EPOCH
+            if isinstance(txn, ErrorCode):
+                return [txn] * len(commits)
+            if txn.state is not S.ONGOING or tp not in txn.partitions:
+                return [E.INVALID_TXN_STATE] * len(commits)
+        return await self.groups.txn_offset_commit(group_id, producer_id, epoch, generation_id,
+                                                   member_id, group_instance_id, commits)
 
     def verify_produce(self, txn_id: str | None, producer_id: int, epoch: int,
                        tp: TopicPartition) -> ErrorCode:
@@ -351,6 +456,8 @@ class TransactionCoordinator:
         """
         if not txn_id:
             return E.INVALID_TXN_STATE
+        if not self.owns(txn_id):
+            return E.NONE  # coordinated elsewhere: the log's epoch checks still apply
         txn = self._current(txn_id, producer_id, epoch)
         if txn is E.PRODUCER_FENCED:
             return E.INVALID_PRODUCER_EPOCH

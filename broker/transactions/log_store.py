@@ -5,9 +5,11 @@ Each transactional id lives in partition
 as in Kafka. Every state change the coordinator makes durable is one
 uncompressed, non-transactional batch holding one record (key: the id,
 value: the metadata, see ``records``), appended through
-the internal-topic module so it shares the log's flushing and recovery. On
-start every partition is replayed from its log start: the last record for an
-id wins, a null value (tombstone) removes it. The topic is created with
+the internal-topic module so it shares the log's flushing and recovery. When
+this broker becomes a partition's leader the coordinator replays it from
+its log start (``load``): the last record for an id wins, a null value
+(tombstone) removes it. Appends go to the local log at once; the
+coordinator answers after ``wait_durable`` (see ``replication.internal_topics``). The topic is created with
 cleanup.policy=compact, as Kafka does, so retention never deletes it.
 
 Error handling: an append failure comes back as the error code Kafka's
@@ -81,25 +83,35 @@ class TxnLogStore:
             return _APPEND_ERRORS.get(exc.code, exc.code)
         return ErrorCode.NONE
 
-    def load(self) -> dict[str, TxnMetadata]:
-        """Replay every partition; the last record for an id wins."""
+    async def wait_durable(self, transactional_id: str, timeout_ms: int) -> ErrorCode:
+        """Wait until the in-sync replicas have every append so far to the id's
+        partition; NONE, or the code to answer the client with."""
+        error = await self.topic.wait_durable(self.partition_of(transactional_id), timeout_ms)
+        if error is not ErrorCode.NONE:
+            log.warning("transaction log write not replicated",
+                        transactional_id=transactional_id, error=error.name)
+        return _APPEND_ERRORS.get(error, error)
+
+    def load(self, partition: int) -> dict[str, TxnMetadata]:
+        """Replay one partition; the last record for an id wins."""
         txns: dict[str, TxnMetadata] = {}
         count = 0
-        for index in range(self.partitions):
-            for header, data in self.topic.replay(index):
-                if header.is_control:
-                    continue
-                try:
-                    decoded = batches.decode_records(data, header)
-                except KafkaApiError as exc:
-                    log.warning("skipping undecodable transaction log batch", partition=index,
-                                offset=header.base_offset, error=exc.message)
-                    continue
-                for r in decoded:
-                    count += 1
-                    self._apply(txns, r.key, r.value, index)
-        log.info("transaction state loaded", records=count, transactional_ids=len(txns),
-                 ongoing=sum(t.state is TxnState.ONGOING for t in txns.values()))
+        for header, data in self.topic.replay(partition):
+            if header.is_control:
+                continue
+            try:
+                decoded = batches.decode_records(data, header)
+            except KafkaApiError as exc:
+                log.warning("skipping undecodable transaction log batch", partition=partition,
+                            offset=header.base_offset, error=exc.message)
+                continue
+            for r in decoded:
+                count += 1
+                self._apply(txns, r.key, r.value, partition)
+        if count:
+            log.info("transaction state loaded", partition=partition, records=count,
+                     transactional_ids=len(txns),
+                     ongoing=sum(t.state is TxnState.ONGOING for t in txns.values()))
         return txns
 
     @staticmethod

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from broker.coordinator import records as rec
 from broker.coordinator.offsets_store import OFFSETS_TOPIC, OffsetsStore, offset_record
 from protocol import records as batches
@@ -30,7 +28,7 @@ async def test_replay_folds_records_and_skips_garbage(node):
     tp = (OFFSETS_TOPIC, store.partition_of("g"))
     node.replicas.append_local(tp, bytearray(batches.build_batch([(b"\x00\x09junk", b"x")])))
     store.append("g", [offset_record("g", ("t", 1), None)])  # tombstone
-    loaded = store.replay()
+    loaded = store.replay(store.partition_of("g"))
     assert set(loaded) == {"g"} and loaded["g"].metadata is None
     assert loaded["g"].offsets == {("t", 0): value}
 

@@ -18,8 +18,8 @@ from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
 from broker.coordinator.offsets_store import OFFSETS_TOPIC
 from broker.transactions import TransactionCoordinator
-from broker.transactions import coordinator as coordinator_module
 from broker.transactions.log_store import TRANSACTION_TOPIC
+from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import TxnState
 from protocol import records
 from protocol.errors import ErrorCode as E
@@ -48,7 +48,8 @@ class Broker:
             await self.node.admin.create_topic("t", 2, 1, {})
         self.groups = GroupCoordinator(self.config, self.node.internal.offsets, trio_wall_clock)
         self.txns = TransactionCoordinator(self.config, self.node.internal.transactions,
-                                           self.groups, self.replicas.append_local,
+                                           self.groups, MarkerWriter(
+                                               0, self.replicas, self.node.metadata, TIMEOUT_MS),
                                            self._allocate, trio_wall_clock)
         scope = trio.CancelScope()
         self.scopes.append(scope)
@@ -97,7 +98,7 @@ async def broker(tmp_path, nursery) -> Broker:
 async def begin(b: Broker, txn_id: str = "tx", tps=(T0, T1)) -> tuple[int, int]:
     init = await b.txns.init_producer_id(txn_id, TIMEOUT_MS, None)
     assert init.error is E.NONE
-    assert b.txns.add_partitions(txn_id, init.producer_id, init.producer_epoch, set(tps)) is E.NONE
+    assert await b.txns.add_partitions(txn_id, init.producer_id, init.producer_epoch, set(tps)) is E.NONE
     return init.producer_id, init.producer_epoch
 
 
@@ -145,7 +146,7 @@ async def test_a_new_instance_fences_and_aborts_the_old_ones_transaction(broker)
     assert broker.replicas.partitions[T0].log.collect_aborted(0, broker.hw(T0))
     retry = await broker.txns.init_producer_id("tx", TIMEOUT_MS, None)
     assert (retry.error, retry.producer_epoch) == (E.NONE, epoch + 2)
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.PRODUCER_FENCED
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.PRODUCER_FENCED
     with pytest.raises(KafkaApiError) as info:
         broker.produce(T0, pid, epoch, seq=1)
     assert info.value.code is E.INVALID_PRODUCER_EPOCH
@@ -159,38 +160,38 @@ async def test_commit_writes_markers_and_releases_the_lso(broker):
     broker.produce(T0, pid, epoch)
     broker.produce(T1, pid, epoch)
     assert broker.lso(T0) == broker.lso(T1) == 0
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
     txn = broker.txns.txns["tx"]
     assert (txn.state, txn.partitions) == (S.COMPLETE_COMMIT, frozenset())
     for tp in (T0, T1):
         assert broker.lso(tp) == broker.hw(tp) == 2
         assert broker.replicas.partitions[tp].log.collect_aborted(0, 2) == []
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE  # a retry
-    assert broker.txns.end_txn("tx", pid, epoch, False) is E.INVALID_TXN_STATE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE  # a retry
+    assert await broker.txns.end_txn("tx", pid, epoch, False) is E.INVALID_TXN_STATE
 
 
 async def test_abort_is_indexed(broker):
     pid, epoch = await begin(broker, tps=(T0,))
     broker.produce(T0, pid, epoch)
-    assert broker.txns.end_txn("tx", pid, epoch, False) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, False) is E.NONE
     aborted = broker.replicas.partitions[T0].log.collect_aborted(0, broker.hw(T0))
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(pid, 0, 1)]
 
 
 async def test_end_txn_errors(broker):
-    assert broker.txns.end_txn("nobody", 1, 0, True) is E.INVALID_PRODUCER_ID_MAPPING
+    assert await broker.txns.end_txn("nobody", 1, 0, True) is E.INVALID_PRODUCER_ID_MAPPING
     init = await broker.txns.init_producer_id("tx", TIMEOUT_MS, None)
     pid, epoch = init.producer_id, init.producer_epoch
-    assert broker.txns.end_txn("tx", pid + 1, epoch, True) is E.INVALID_PRODUCER_ID_MAPPING
-    assert broker.txns.end_txn("tx", pid, epoch + 1, True) is E.PRODUCER_FENCED
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.INVALID_TXN_STATE  # Empty
-    assert broker.txns.end_txn("", pid, epoch, True) is E.INVALID_REQUEST
+    assert await broker.txns.end_txn("tx", pid + 1, epoch, True) is E.INVALID_PRODUCER_ID_MAPPING
+    assert await broker.txns.end_txn("tx", pid, epoch + 1, True) is E.PRODUCER_FENCED
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.INVALID_TXN_STATE  # Empty
+    assert await broker.txns.end_txn("", pid, epoch, True) is E.INVALID_REQUEST
 
 
 async def test_add_partitions_errors_and_verification(broker):
     pid, epoch = await begin(broker, tps=(T0,))
-    assert broker.txns.add_partitions("tx", pid, epoch - 1, {T1}) is E.PRODUCER_FENCED
-    assert broker.txns.add_partitions("zz", pid, epoch, {T1}) is E.INVALID_PRODUCER_ID_MAPPING
+    assert await broker.txns.add_partitions("tx", pid, epoch - 1, {T1}) is E.PRODUCER_FENCED
+    assert await broker.txns.add_partitions("zz", pid, epoch, {T1}) is E.INVALID_PRODUCER_ID_MAPPING
     assert broker.txns.verify_partitions("tx", pid, epoch, {T0, T1}) == \
         {T0: E.NONE, T1: E.INVALID_TXN_STATE}
     assert broker.txns.verify_produce("tx", pid, epoch, T0) is E.NONE
@@ -203,16 +204,19 @@ async def test_owed_markers_are_retried_and_block_the_id_meanwhile(broker, monke
                                                                   autojump_clock):
     pid, epoch = await begin(broker)
     broker.produce(T0, pid, epoch)
-    real = coordinator_module.write_markers
-    monkeypatch.setattr(coordinator_module, "write_markers",
-                        lambda replicas, txn, *a: frozenset(txn.partitions))
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    real = broker.txns.markers.write
+
+    async def owe_all(txn, *args):
+        return frozenset(txn.partitions)
+
+    monkeypatch.setattr(broker.txns.markers, "write", owe_all)
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
     assert broker.txns.txns["tx"].state is S.PREPARE_COMMIT
-    assert broker.txns.add_partitions("tx", pid, epoch, {T0}) is E.CONCURRENT_TRANSACTIONS
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.CONCURRENT_TRANSACTIONS
+    assert await broker.txns.add_partitions("tx", pid, epoch, {T0}) is E.CONCURRENT_TRANSACTIONS
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.CONCURRENT_TRANSACTIONS
     assert (await broker.txns.init_producer_id("tx", TIMEOUT_MS, None)).error \
         is E.CONCURRENT_TRANSACTIONS
-    monkeypatch.setattr(coordinator_module, "write_markers", real)
+    monkeypatch.setattr(broker.txns.markers, "write", real)
     await trio.sleep(10.5)  # transaction.abort.timed.out.transaction.cleanup.interval.ms
     assert broker.txns.txns["tx"].state is S.COMPLETE_COMMIT
     assert broker.lso(T0) == broker.hw(T0)
@@ -224,7 +228,7 @@ async def test_owed_markers_are_retried_and_block_the_id_meanwhile(broker, monke
 async def test_a_timed_out_transaction_is_fenced_and_aborted(broker, autojump_clock):
     init = await broker.txns.init_producer_id("tx", 5_000, None)
     pid, epoch = init.producer_id, init.producer_epoch
-    broker.txns.add_partitions("tx", pid, epoch, {T0})
+    await broker.txns.add_partitions("tx", pid, epoch, {T0})
     broker.produce(T0, pid, epoch)
     await trio.sleep(9)
     assert broker.txns.txns["tx"].state is S.ONGOING  # the check runs every 10 s
@@ -232,7 +236,7 @@ async def test_a_timed_out_transaction_is_fenced_and_aborted(broker, autojump_cl
     txn = broker.txns.txns["tx"]
     assert (txn.state, txn.producer_epoch) == (S.COMPLETE_ABORT, epoch + 1)
     assert broker.lso(T0) == broker.hw(T0)
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.PRODUCER_FENCED
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.PRODUCER_FENCED
 
 
 async def test_idle_transactional_ids_expire(tmp_path, nursery, autojump_clock):
@@ -256,7 +260,7 @@ async def test_an_open_transaction_survives_a_restart_and_commits(broker):
     txn = broker.txns.txns["tx"]
     assert (txn.state, txn.partitions) == (S.ONGOING, frozenset({T0, T1}))
     assert broker.lso(T0) == 0
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
     assert broker.lso(T0) == broker.hw(T0)
 
 
@@ -287,8 +291,8 @@ def fetched(b: Broker, group: str) -> dict:
 
 async def commit_offsets(b: Broker, txn_id: str, group: str, offset: int) -> tuple[int, int]:
     pid, epoch = await begin(b, txn_id, tps=(T1,))
-    assert b.txns.add_offsets(txn_id, pid, epoch, group) is E.NONE
-    errors = b.txns.txn_offset_commit(txn_id, group, pid, epoch, -1, "", None,
+    assert await b.txns.add_offsets(txn_id, pid, epoch, group) is E.NONE
+    errors = await b.txns.txn_offset_commit(txn_id, group, pid, epoch, -1, "", None,
                                       [PartitionCommit("t", 0, offset, -1, "m")])
     assert errors == [E.NONE]
     return pid, epoch
@@ -299,11 +303,11 @@ async def test_offsets_become_visible_only_on_commit(broker):
     assert fetched(broker, "g") == {}
     offsets_tp = (OFFSETS_TOPIC, broker.groups.store.partition_of("g"))
     assert broker.lso(offsets_tp) < broker.hw(offsets_tp)
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
     assert fetched(broker, "g") == {("t", 0): 42}
     assert broker.lso(offsets_tp) == broker.hw(offsets_tp)
     pid, epoch = await commit_offsets(broker, "tx", "g", 50)
-    assert broker.txns.end_txn("tx", pid, epoch, False) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, False) is E.NONE
     assert fetched(broker, "g") == {("t", 0): 42}
     await broker.restart()
     assert fetched(broker, "g") == {("t", 0): 42}
@@ -313,13 +317,13 @@ async def test_pending_offsets_survive_a_restart(broker):
     pid, epoch = await commit_offsets(broker, "tx", "g", 7)
     await broker.restart()
     assert fetched(broker, "g") == {}
-    assert broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
     assert fetched(broker, "g") == {("t", 0): 7}
 
 
 async def test_a_later_plain_commit_wins_over_replayed_transactional_offsets(broker):
     pid, epoch = await commit_offsets(broker, "tx", "g", 7)
-    broker.txns.end_txn("tx", pid, epoch, True)
+    await broker.txns.end_txn("tx", pid, epoch, True)
     assert broker.groups.offsets.commit("g", -1, "", None, -1,
                                         [PartitionCommit("t", 0, 9, -1, "")]) == [E.NONE]
     await broker.restart()
@@ -329,15 +333,15 @@ async def test_a_later_plain_commit_wins_over_replayed_transactional_offsets(bro
 async def test_txn_offset_commit_errors(broker):
     pid, epoch = await begin(broker, tps=(T1,))
     commit = [PartitionCommit("t", 0, 1, -1, None)]
-    assert broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, commit) == \
+    assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, commit) == \
         [E.INVALID_TXN_STATE]  # no AddOffsetsToTxn
-    broker.txns.add_offsets("tx", pid, epoch, "g")
-    assert broker.txns.txn_offset_commit("tx", "g", pid, epoch - 1, -1, "", None, commit) == \
+    await broker.txns.add_offsets("tx", pid, epoch, "g")
+    assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch - 1, -1, "", None, commit) == \
         [E.INVALID_PRODUCER_EPOCH]
-    assert broker.txns.txn_offset_commit("zz", "g", pid, epoch, -1, "", None, commit) == \
+    assert await broker.txns.txn_offset_commit("zz", "g", pid, epoch, -1, "", None, commit) == \
         [E.INVALID_PRODUCER_ID_MAPPING]
-    assert broker.txns.txn_offset_commit("tx", "g", pid, epoch, 3, "", None, commit) == \
+    assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch, 3, "", None, commit) == \
         [E.ILLEGAL_GENERATION]
     big = [PartitionCommit("t", 0, 1, -1, "x" * 5000)]
-    assert broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, big) == \
+    assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, big) == \
         [E.OFFSET_METADATA_TOO_LARGE]

@@ -22,6 +22,7 @@ from broker.coordinator import GroupCoordinator
 from broker.handlers import HANDLERS
 from broker.metrics import BrokerMetrics
 from broker.transactions import TransactionCoordinator
+from broker.transactions.markers import MarkerWriter
 from protocol.api import SUPPORTED, RequestHeader
 from protocol.errors import ErrorCode as E
 from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
@@ -34,8 +35,8 @@ async def ctx(tmp_path, nursery) -> BrokerContext:
     await node.admin.create_topic("t", 2, 1, {})
     groups = GroupCoordinator(config, node.internal.offsets, trio_wall_clock)
     txns = TransactionCoordinator(config, node.internal.transactions, groups,
-                                  node.replicas.append_local, node.admin.allocate_producer_id,
-                                  trio_wall_clock)
+                                  MarkerWriter(0, node.replicas, node.metadata, 30_000),
+                                  node.admin.allocate_producer_id, trio_wall_clock)
     await nursery.start(groups.run)
     await nursery.start(txns.run)
     return BrokerContext(config, node.metadata, node.replicas, node.admin, BrokerMetrics(), 0,

@@ -8,8 +8,13 @@ transaction ends, its marker lands on that partition like on any other;
 on COMMIT the pending offsets are handed to the group coordinator
 (``OffsetManager.apply_transactional``), on ABORT they are dropped.
 
-Replay on start: the group coordinator's own replay skips transactional
-batches; ``replay`` here reads the partitions that hold any, keeps each
+The marker is what completes them, on the broker that leads the group's
+partition (``complete``, called where the marker is appended: in process,
+or by the WriteTxnMarkers handler in cluster mode), since the transaction
+coordinator may be another broker.
+
+Replay when the group coordinator loads a partition: its own replay skips
+transactional batches; ``replay_partition`` here reads them, keeps each
 producer's offsets until its marker, and applies committed ones. Precedence
 is by position in the log: a committed transaction's offsets take effect at
 its COMMIT marker, and a plain commit of the same partition written after
@@ -22,10 +27,10 @@ log stay pending until the coordinator ends them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.coordinator import GroupCoordinator
 from broker.coordinator import records as grec
 from broker.coordinator.group import GroupState, TopicPartition
 from broker.coordinator.offsets import PartitionCommit
@@ -35,6 +40,9 @@ from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.internal_topics import InternalTopic
 from storage.log.producer_state import AppendOrigin
+
+if TYPE_CHECKING:
+    from broker.coordinator.coordinator import GroupCoordinator
 
 log = structlog.get_logger(__name__)
 
@@ -117,27 +125,39 @@ class TxnOffsets:
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in by_group.get(group_id, ()) for by_group in self.pending.values())
 
-    def complete(self, producer_id: int, committed: bool) -> None:
-        """The producer's transaction ended (its markers are written)."""
-        by_group = self.pending.pop(producer_id, {})
-        if not committed:
+    def complete(self, producer_id: int, committed: bool, partition: int) -> None:
+        """The producer's marker landed on ``partition`` of __consumer_offsets:
+        apply (COMMIT) or drop (ABORT) its offsets for the groups living there."""
+        by_group = self.pending.get(producer_id)
+        if not by_group:
             return
-        for group_id, offsets in by_group.items():
-            self.groups.offsets.apply_transactional(group_id, offsets)
-            log.info("transactional offsets committed", group=group_id, producer_id=producer_id,
-                     partitions=len(offsets))
+        for group_id in [g for g in by_group if self.groups.store.partition_of(g) == partition]:
+            offsets = by_group.pop(group_id)
+            if committed:
+                self.groups.offsets.apply_transactional(group_id, offsets)
+                log.info("transactional offsets committed", group=group_id,
+                         producer_id=producer_id, partitions=len(offsets))
+        if not by_group:
+            del self.pending[producer_id]
+
+    def unload(self, partition: int) -> None:
+        """Forget the pending offsets of groups living in ``partition``."""
+        for producer_id, by_group in list(self.pending.items()):
+            for group_id in [g for g in by_group if self.groups.store.partition_of(g) == partition]:
+                del by_group[group_id]
+            if not by_group:
+                del self.pending[producer_id]
 
     # -- replay ------------------------------------------------------------------
 
-    def replay(self) -> None:
-        """Rebuild pending and committed transactional offsets from __consumer_offsets."""
-        applied = 0
-        for index in range(self.topic.partitions):
-            # Only transactional batches carry a producer id in this topic.
-            if self.topic.has_producers(index):
-                applied += self._replay_partition((OFFSETS_TOPIC, index))
+    def replay_partition(self, partition: int) -> None:
+        """Rebuild pending and committed transactional offsets of one partition."""
+        # Only transactional batches carry a producer id in this topic.
+        if not self.topic.has_producers(partition):
+            return
+        applied = self._replay_partition((OFFSETS_TOPIC, partition))
         if applied or self.pending:
-            log.info("transactional offsets loaded", committed=applied,
+            log.info("transactional offsets loaded", partition=partition, committed=applied,
                      pending_producers=len(self.pending))
 
     def _replay_partition(self, tp: TopicPartition) -> int:
