@@ -97,6 +97,7 @@ async def run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
+            nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
             if tiering is not None:
                 await nursery.start(tiering.run)
             if ctx.groups is not None:

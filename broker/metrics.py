@@ -7,10 +7,17 @@ code names, topic names of existing topics).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from replication.metrics import ReplicationCollector
+
+if TYPE_CHECKING:
+    from replication.cluster import ClusterNode
+    from replication.replica_manager import ReplicaManager
 
 
 class BrokerMetrics:
@@ -34,6 +41,18 @@ class BrokerMetrics:
     def add_log_sizes(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
         """Export per-partition log sizes, computed at scrape time."""
         self.registry.register(_LogSizeCollector(sizes))
+
+    async def run_replication(self, replicas: ReplicaManager,
+                              cluster: ClusterNode | None) -> None:
+        """Export the replication metrics (Kafka's names, see ``replication.metrics``)
+        and keep their gauges' snapshot fresh until cancelled.
+
+        Concurrency: run on the event loop, where the snapshot is taken.
+        """
+        collector = ReplicationCollector(replicas, None if cluster is None else cluster.controller)
+        collector.snapshot()
+        self.registry.register(collector)
+        await collector.run()
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP endpoint in a daemon thread; returns the bound port."""

@@ -48,7 +48,8 @@ from replication import elections
 from replication.controller_channel import ControllerChannel
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint
-from replication.zookeeper import ZkClient
+from replication.metrics import ControllerStats
+from replication.zookeeper import RegisteredBroker, ZkClient
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +76,18 @@ class ControllerContext:
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp[0] == topic)
 
+    def offline_partition_count(self) -> int:
+        """Partitions with no live leader, not counting topics being deleted
+        (Kafka's OfflinePartitionsCount; a shutting-down leader counts as gone)."""
+        live = self.live
+        count = 0
+        for tp in self.assignments:
+            state = self.states.get(tp)
+            if state is None or (state.leader != LEADER_DURING_DELETE
+                                 and state.leader not in live):
+                count += 1
+        return count
+
 
 class Controller:
     def __init__(self, config: BrokerConfig, zk: ZkClient, channel: ControllerChannel) -> None:
@@ -85,6 +98,7 @@ class Controller:
         self.ctx = ControllerContext()
         self.active = False
         self.lock = trio.Lock()
+        self.stats = ControllerStats()
         channel.resync = self._resync
 
     def _resync(self, broker: int) -> None:
@@ -193,10 +207,14 @@ class Controller:
                 return False
             log.warning("partition offline: no live in-sync replica", topic=tp[0],
                         partition=tp[1], isr=list(current.isr))
-        elif new.isr != current.isr and not set(new.isr) <= set(current.isr):
+        unclean = new.leader != NO_LEADER and new.leader not in current.isr
+        if unclean:
             log.warning("unclean leader election", topic=tp[0], partition=tp[1],
                         leader=new.leader)
-        return await self._write(tp, new)
+        written = await self._write(tp, new)
+        if written and unclean:
+            self.stats.unclean_elections.inc()
+        return written
 
     async def _write(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
         """Compare-and-set ``new`` (expecting its version); refresh our copy on conflict."""
@@ -246,6 +264,15 @@ class Controller:
         joined = [b for b in now if b not in self.ctx.brokers or now[b].epoch != old_epochs.get(b)]
         if not lost and not joined:
             return
+        started = trio.current_time()
+        try:
+            await self._on_broker_change(now, lost, joined)
+        finally:
+            # Kafka's LeaderElectionRateAndTimeMs times exactly this event.
+            self.stats.leader_election_ms.observe((trio.current_time() - started) * 1000)
+
+    async def _on_broker_change(self, now: dict[int, RegisteredBroker], lost: list[int],
+                                joined: list[int]) -> None:
         log.info("brokers changed", lost=lost, joined=joined, live=sorted(now))
         for b in lost:
             self.ctx.brokers.pop(b, None)

@@ -109,6 +109,9 @@ async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResu
             break
         await purgatory.wait(keys, deadline)
     _fill_offsets(replicas, params, results)
+    if params.is_follower:
+        # Counted once per answer (a delayed fetch reads more than once).
+        replicas.stats.bytes_out.inc(sum(len(r.records) for r in results))
     return results
 
 

@@ -110,9 +110,13 @@ class ReplicaFetcher:
         self._wake = trio.Event()
         self.cancel_scope = trio.CancelScope()
         self._backoff = config["replica.fetch.backoff.ms"] / 1000
+        self.stats = replicas.stats
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FollowerPartition(tp, leader_epoch)
+        part = self.replicas.partitions.get(tp)
+        if part is not None:
+            part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
@@ -211,6 +215,10 @@ class ReplicaFetcher:
             return
         if p.records:
             self.replicas.append_as_follower(fp.tp, bytearray(p.records))
+            self.stats.bytes_in.inc(len(p.records))
+        part = self.replicas.partitions.get(fp.tp)
+        if part is not None:
+            part.leader_high_watermark = p.high_watermark
         self.replicas.set_follower_high_watermark(fp.tp, p.high_watermark)
 
     def _diverged(self, fp: FollowerPartition, epoch: int, end_offset: int) -> None:

@@ -43,6 +43,7 @@ class IsrManager:
         self._inflight: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
         replicas.isr_listener = self.maybe_expand
+        self.stats = replicas.stats
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -108,7 +109,18 @@ class IsrManager:
         if part is None or part.leader_epoch != leader_epoch:
             return
         if state is not None and state.leader_epoch == leader_epoch:
+            before = set(part.isr)
             part.partition_epoch = state.version
             self.replicas.update_isr(tp, list(state.isr))
+            if not error:
+                self._count(before, set(state.isr))
         if error:
             log.info("AlterPartition refused", topic=tp[0], partition=tp[1], error=error)
+
+    def _count(self, before: set[int], after: set[int]) -> None:
+        """Kafka's IsrShrinksPerSec / IsrExpandsPerSec: one per committed change
+        (a change that both drops and adds replicas counts as both)."""
+        if before - after:
+            self.stats.isr_shrinks.inc()
+        if after - before:
+            self.stats.isr_expands.inc()

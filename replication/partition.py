@@ -31,6 +31,9 @@ class Partition:
     # trio time at which each follower last fetched from the log end (leader only).
     follower_caught_up_at: dict[int, float] = field(default_factory=dict)
     high_watermark: int = 0
+    # Follower only: the leader's high watermark in its last fetch response, not
+    # capped at our log end (DescribeLogDirs reports the difference as the lag).
+    leader_high_watermark: int = -1
     # Version of the partition's state (ZooKeeper znode), sent with AlterPartition.
     partition_epoch: int = 0
 

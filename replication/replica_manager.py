@@ -35,6 +35,7 @@ from protocol.errors import ErrorCode, KafkaApiError
 from replication import fetch as fetch_path
 from replication import list_offsets
 from replication.metadata_cache import PartitionState
+from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import Purgatory
 from storage.log.log import AppendResult, Log, ReadResult
@@ -74,6 +75,8 @@ class ReplicaManager:
         self._nursery: trio.Nursery | None = None
         # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
         self.remote: RemoteLogManager | None = None
+        # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
+        self.stats = ReplicaStats()
         # Told about partitions whose ISR may change (set by cluster mode).
         self.isr_listener: Callable[[TopicPartition], None] | None = None
         logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self.partitions.items()}
@@ -465,9 +468,21 @@ class ReplicaManager:
         return part.log.delete_records(hw if offset == -1 else offset, hw)
 
     def log_dir_partitions(self) -> list[LogDirPartition]:
-        return [LogDirPartition(t, p, part.log.size,
-                                max(part.log.end_offset - part.high_watermark, 0))
-                for (t, p), part in sorted(self.partitions.items())]
+        """Every hosted partition with its size and offset lag, for DescribeLogDirs.
+
+        The lag is 0 for a leader. A follower reports how far its log end is
+        behind the leader's high watermark as of the leader's last fetch
+        response. (Kafka reports max(high watermark - log end, 0) with the
+        replica's own high watermark, which a follower caps at its log end, so
+        its current replicas always show 0; only its alter-log-dirs "future"
+        replicas show a lag, which tierd does not have.)
+        """
+        out = []
+        for (t, p), part in sorted(self.partitions.items()):
+            lag = 0 if part.is_leader(self.node_id) else max(
+                part.leader_high_watermark - part.log.end_offset, 0)
+            out.append(LogDirPartition(t, p, part.log.size, lag))
+        return out
 
     async def write_checkpoints(self) -> None:
         await self.logs.write_checkpoints()

@@ -1,0 +1,273 @@
+"""Replication metrics: the gauges computed from partition and controller state,
+the snapshot the exporter reads (never the live state), and the meters counted
+where Kafka counts them (ISR changes by the leader, follower fetch bytes,
+broker-change handling and unclean elections on the controller), plus the
+follower lag DescribeLogDirs reports."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
+
+from config import BrokerConfig, TopicConfigs
+from replication.controller import Controller, ControllerContext
+from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
+from replication.fetch import FetchParams, FetchPartition
+from replication.isr import IsrManager
+from replication.metadata_cache import BrokerEndpoint, PartitionState
+from replication.metrics import (
+    ControllerGauges,
+    ReplicaGauges,
+    ReplicationCollector,
+)
+from replication.replica_manager import ReplicaManager
+from replication.zookeeper import RegisteredBroker
+from storage.log.manager import LogManager
+from tests.helpers import batch
+
+
+@pytest.fixture
+def replicas(tmp_path):
+    config = BrokerConfig.from_mapping({"log.dirs": str(tmp_path), "node.id": "1",
+                                        "replica.lag.time.max.ms": "1000"})
+    rm = ReplicaManager(config, LogManager(config))
+    yield rm
+    for lg in rm.logs.logs.values():
+        lg.close()
+
+
+def host(rm: ReplicaManager, tp: tuple[str, int], leader: int, isr: list[int],
+         replicas: tuple[int, ...] = (1, 2, 3), min_isr: int = 2):
+    cfg = TopicConfigs(rm.config, {"min.insync.replicas": str(min_isr)}).log_config()
+    state = PartitionState(leader, 0, list(replicas), isr)
+    if leader == rm.node_id:
+        return rm.become_leader(tp, uuid.uuid4(), cfg, state)
+    return rm.become_follower(tp, uuid.uuid4(), cfg, state)
+
+
+def total(counter: Any) -> float:
+    """A counter's value, as exported."""
+    return next(s.value for f in counter.collect() for s in f.samples
+                if s.name.endswith("_total"))
+
+
+def scrape(collector: ReplicationCollector) -> dict[str, float]:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return {s.name: s.value for family in registry.collect() for s in family.samples}
+
+
+# -- gauges ---------------------------------------------------------------------
+
+
+def test_replica_gauges_count_led_partitions_by_isr_size(replicas):
+    host(replicas, ("full", 0), 1, [1, 2, 3])
+    host(replicas, ("at-min", 0), 1, [1, 2])
+    host(replicas, ("under-min", 0), 1, [1])
+    host(replicas, ("followed", 0), 2, [2])  # a follower's ISR is not its to report
+    gauges = ReplicaGauges.of(replicas.partitions.values(), 1)
+    assert gauges == ReplicaGauges(partition_count=4, leader_count=3, under_replicated=2,
+                                   under_min_isr=1, at_min_isr=1)
+
+
+def test_a_single_replica_partition_is_never_under_replicated(replicas):
+    host(replicas, ("rf1", 0), 1, [1], replicas=(1,), min_isr=1)
+    gauges = ReplicaGauges.of(replicas.partitions.values(), 1)
+    assert (gauges.under_replicated, gauges.under_min_isr, gauges.at_min_isr) == (0, 0, 1)
+
+
+def test_offline_partitions_are_those_without_a_live_leader():
+    ctx = ControllerContext(brokers={1: BrokerEndpoint(1, "h", 1), 2: BrokerEndpoint(2, "h", 2)},
+                            shutting_down={2})
+    for name in ("live", "dead", "none", "shutting-down", "deleting", "never-elected"):
+        ctx.assignments[(name, 0)] = [1, 2, 3]
+    ctx.states = {("live", 0): LeaderAndIsr(1, 0, (1,), 0),
+                  ("dead", 0): LeaderAndIsr(3, 0, (3,), 0),
+                  ("none", 0): LeaderAndIsr(NO_LEADER, 0, (3,), 0),
+                  ("shutting-down", 0): LeaderAndIsr(2, 0, (2,), 0),
+                  ("deleting", 0): LeaderAndIsr(LEADER_DURING_DELETE, 0, (1,), 0)}
+    assert ctx.offline_partition_count() == 4
+
+
+def test_controller_gauges_are_zero_unless_active():
+    controller = Controller(BrokerConfig.from_mapping({"node.id": "1"}), None,  # type: ignore[arg-type]
+                            FakeChannel())  # type: ignore[arg-type]
+    controller.ctx.assignments[("t", 0)] = [1]
+    assert ControllerGauges.of(controller) == ControllerGauges(0, 0)
+    controller.active = True
+    assert ControllerGauges.of(controller) == ControllerGauges(1, 1)
+
+
+# -- the snapshot -------------------------------------------------------------------
+
+
+def test_the_exporter_reads_the_snapshot_not_the_live_state(replicas):
+    host(replicas, ("t", 0), 1, [1, 2, 3])
+    collector = ReplicationCollector(replicas, None)
+    collector.snapshot()
+    replicas.update_isr(("t", 0), [1])  # the event loop moves on...
+    values = scrape(collector)
+    assert values["tierd_UnderReplicatedPartitions"] == 0  # ...the scrape sees the snapshot
+    assert values["tierd_LeaderCount"] == 1 and values["tierd_PartitionCount"] == 1
+    collector.snapshot()
+    assert scrape(collector)["tierd_UnderReplicatedPartitions"] == 1
+
+
+def test_single_node_mode_exports_no_controller_gauges(replicas):
+    collector = ReplicationCollector(replicas, None)
+    collector.snapshot()
+    values = scrape(collector)
+    assert "tierd_ActiveControllerCount" not in values
+    assert values["tierd_IsrShrinksPerSec_total"] == 0
+    assert values["tierd_ReplicationBytesOutPerSec_total"] == 0
+
+
+async def test_the_snapshot_task_refreshes_the_gauges(replicas, autojump_clock):
+    host(replicas, ("t", 0), 1, [1, 2, 3])
+    collector = ReplicationCollector(replicas, None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(collector.run, 1.0)
+        await trio.sleep(0.5)
+        replicas.update_isr(("t", 0), [1, 2])
+        assert collector.latest.replica.under_replicated == 0
+        await trio.sleep(1)
+        assert collector.latest.replica.under_replicated == 1
+        nursery.cancel_scope.cancel()
+
+
+# -- meters ------------------------------------------------------------------------
+
+
+async def test_isr_shrink_and_expand_are_counted_once_committed(replicas, autojump_clock):
+    tp = ("t", 0)
+    part = host(replicas, tp, 1, [1, 2, 3])
+    asked: list[list[int]] = []
+
+    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
+        asked.append(isr)
+        return "", LeaderAndIsr(1, leader_epoch, tuple(isr), 0, partition_epoch + 1)
+
+    isr = IsrManager(replicas.config, replicas, alter)
+    stats = replicas.stats
+    async with trio.open_nursery() as nursery:
+        await nursery.start(isr.run)
+        replicas.update_follower(tp, 2, 0)
+        replicas.update_follower(tp, 3, 0)
+        # Replica 3 stops fetching; 2 keeps fetching from the log end.
+        for _ in range(6):
+            await trio.sleep(0.4)
+            replicas.update_follower(tp, 2, part.log.end_offset)
+        assert asked == [[1, 2]] and part.isr == [1, 2]
+        assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 0)
+        replicas.update_follower(tp, 3, part.log.end_offset)
+        await trio.testing.wait_all_tasks_blocked()
+        assert part.isr == [1, 2, 3]
+        assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_isr_change_is_not_counted(replicas, autojump_clock):
+    tp = ("t", 0)
+    part = host(replicas, tp, 1, [1, 2, 3])
+
+    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
+        return "INVALID_UPDATE_VERSION", LeaderAndIsr(1, leader_epoch, (1, 2, 3), 0, 5)
+
+    isr = IsrManager(replicas.config, replicas, alter)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(isr.run)
+        await trio.sleep(1.6)
+        nursery.cancel_scope.cancel()
+    assert part.isr == [1, 2, 3]
+    assert total(replicas.stats.isr_shrinks) == 0
+
+
+async def test_follower_fetch_bytes_count_as_replication_bytes_out(replicas):
+    tp = ("t", 0)
+    host(replicas, tp, 1, [1], min_isr=1)  # the high watermark follows the log end
+    await replicas.append(tp, batch([b"x" * 100]), acks=1)
+    await replicas.append(tp, batch([b"y" * 100]), acks=1)
+    consumer = await replicas.fetch(FetchParams([FetchPartition("t", 0, 0, 1 << 20)]))
+    stats = replicas.stats
+    assert total(stats.bytes_out) == 0  # a consumer's fetch is not replication
+    follower = await replicas.fetch(FetchParams([FetchPartition("t", 0, 0, 1 << 20)],
+                                                replica_id=2))
+    assert total(stats.bytes_out) == len(follower[0].records) == len(consumer[0].records) > 100
+
+
+# -- the controller ----------------------------------------------------------------
+
+
+class FakeChannel:
+    resync: Any = None
+
+    def set_brokers(self, brokers: Any) -> None:
+        pass
+
+    def send_update_metadata(self, *args: Any) -> None:
+        pass
+
+    def send_leader_and_isr(self, *args: Any) -> None:
+        pass
+
+
+class FakeZk:
+    """Partition state writes always succeed (version + 1)."""
+
+    async def update_partition_state(self, topic: str, partition: int, state: LeaderAndIsr,
+                                     expected_version: int) -> int:
+        return expected_version + 1
+
+
+def broker(node: int, epoch: int = 1) -> RegisteredBroker:
+    return RegisteredBroker(node, BrokerEndpoint(node, "127.0.0.1", 9000 + node), epoch)
+
+
+async def test_broker_changes_are_timed_and_unclean_elections_counted(autojump_clock):
+    config = BrokerConfig.from_mapping({"node.id": "1"})
+    controller = Controller(config, FakeZk(), FakeChannel())  # type: ignore[arg-type]
+    ctx = controller.ctx
+    ctx.brokers = {n: broker(n).endpoint for n in (1, 2, 3)}
+    ctx.broker_epochs = dict.fromkeys((1, 2, 3), 1)
+    ctx.assignments = {("clean", 0): [2, 3, 1], ("unclean", 0): [2, 3, 1]}
+    ctx.unclean = {"clean": False, "unclean": True}
+    ctx.states = {("clean", 0): LeaderAndIsr(2, 0, (2, 3), 0),
+                  ("unclean", 0): LeaderAndIsr(2, 0, (2,), 0)}
+    stats = controller.stats
+    await controller._on_brokers([broker(1), broker(3)])  # broker 2 lost
+    assert ctx.states[("clean", 0)].leader == 3
+    assert ctx.states[("unclean", 0)].leader == 3
+    assert total(stats.unclean_elections) == 1
+    await controller._on_brokers([broker(1), broker(3)])  # no change: no event
+    await controller._on_brokers([broker(1), broker(2, epoch=2), broker(3)])  # 2 returns
+    samples = {s.name: s.value for f in stats.leader_election_ms.collect() for s in f.samples}
+    assert samples["tierd_LeaderElectionRateAndTimeMs_count"] == 2
+    assert total(stats.unclean_elections) == 1
+
+
+# -- DescribeLogDirs -----------------------------------------------------------------
+
+
+async def test_describe_log_dirs_lag_is_behind_the_leaders_high_watermark(replicas):
+    host(replicas, ("led", 0), 1, [1, 2, 3])
+    await replicas.append(("led", 0), batch([b"a", b"b"]), acks=1)
+    followed = host(replicas, ("followed", 0), 2, [2, 3])
+    replicas.append_as_follower(("followed", 0), _leader_batch(replicas, 3))
+    followed.leader_high_watermark = 10  # from the leader's last fetch response
+    lags = {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}
+    assert (lags["led"], lags["followed"]) == (0, 7)
+    followed.leader_high_watermark = 3
+    assert {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}["followed"] == 0
+
+
+def _leader_batch(replicas: ReplicaManager, count: int) -> bytearray:
+    """``count`` records as a leader wrote them (offsets 0.., epoch 0)."""
+    source = host(replicas, ("source", 0), 1, [1], replicas=(1,), min_isr=1)
+    source.log.append_as_leader(batch([b"r"] * count), 0)
+    data = source.log.read(0, 1 << 20, source.log.end_offset, True).data
+    return bytearray(data)
