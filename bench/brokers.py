@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -76,6 +76,20 @@ class BrokerSpec:
             port=port, data_dir=shlex.quote(str(data_dir)), python=shlex.quote(sys.executable)
         )
         return shlex.split(text)
+
+    def with_overrides(
+        self, label: str, overrides: Mapping[str, str], env: tuple[tuple[str, str], ...] = ()
+    ) -> BrokerSpec:
+        """Return this (tierd) spec with ``--override key=value`` appended per entry.
+
+        tierd applies overrides in order, so these win over the base command's.
+        """
+        args = " ".join(f"--override {shlex.quote(f'{k}={v}')}" for k, v in overrides.items())
+        # Braces in values would be read as placeholders by command().
+        args = args.replace("{", "{{").replace("}", "}}")
+        return BrokerSpec(name=self.name, label=label,
+                          command_template=f"{self.command_template} {args}", cwd=self.cwd,
+                          env=self.env + env)
 
 
 def resolve_tansu_bin(explicit: str | None) -> str:
@@ -193,10 +207,20 @@ class BrokerProcess:
         self.stop()
 
     def start(self) -> None:
-        """Launch the broker and block until its port accepts connections."""
+        """Launch the broker and block until its port accepts connections.
+
+        Called again after the process exited (a :meth:`send_signal`, not :meth:`stop`,
+        which removes the data), it restarts the broker on the same port and data
+        directory and appends to the same log.
+        """
+        restarting = self.proc is not None
+        if restarting and self.alive():
+            raise RuntimeError(f"{self.spec.label} is still running")
+        if self._log_file is not None:
+            self._log_file.close()
         argv = self.spec.command(self.port, self.data_dir)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")  # closed in stop()
+        log = open(self.log_path, "ab" if restarting else "wb")  # closed in stop()
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         self._log_file = log
@@ -250,6 +274,21 @@ class BrokerProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the broker's process group (SIGKILL: a crash; SIGTERM: a
+        controlled shutdown); the process stays registered for :meth:`stop`."""
+        self._signal_group(signum)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s for the process to exit; return its code (None if
+        it is still running)."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self) -> None:
         """SIGTERM the broker's process group, SIGKILL after a grace period, clean up."""

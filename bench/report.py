@@ -96,7 +96,7 @@ def summarize(run: BenchRun) -> list[SummaryRow]:
     for scenario in run.scenarios:
         for case in case_order(run.results, scenario.name):
             broken = ran_tierd and tierd_failed(run.results, scenario.name, case)
-            for metric in scenario.metrics:
+            for metric in (m for m in scenario.metrics if m.applies_to(case)):
                 rows.append(_summary_row(run, scenario, case, metric, broken))
     return rows
 

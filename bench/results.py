@@ -13,13 +13,19 @@ TANSU = "tansu"
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """How one metric is named, formatted and judged."""
+    """How one metric is named, formatted and judged; ``cases`` (a glob) limits the
+    cases whose tables show it."""
 
     key: str
     label: str
     unit: str
     higher_is_better: bool
     fmt: str = "{:,.1f}"
+    cases: str = "*"
+
+    def applies_to(self, case: str) -> bool:
+        """Return True if ``case`` reports this metric (fnmatch on the name)."""
+        return fnmatch.fnmatchcase(case, self.cases)
 
     def format(self, value: float) -> str:
         """Render ``value`` with this metric's format ('-' when missing)."""

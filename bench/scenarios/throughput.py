@@ -10,6 +10,7 @@ sampled around each phase and divided by the message count.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import (
@@ -132,24 +133,45 @@ def _flush(producer: Producer, deadline: float) -> int:
 def produce_phase(
     ctx: ScenarioContext, topic: str, case: ThroughputCase, payloads: PayloadSet, **extra: object
 ) -> PhaseOutcome:
-    """Produce every value once and wait for all delivery reports.
+    """Produce every value once to the round's broker and wait for all delivery reports.
 
     ``extra`` overrides producer settings (e.g. ``enable.idempotence``).
     """
+    return timed_produce(ctx.bootstrap, ctx.broker.cpu_seconds, topic, case, payloads,
+                         ctx.config.phase_timeout(payloads.count), **extra)
+
+
+def timed_produce(
+    bootstrap: str,
+    broker_cpu: Callable[[], float],
+    topic: str,
+    case: ThroughputCase,
+    payloads: PayloadSet,
+    timeout: float,
+    **extra: object,
+) -> PhaseOutcome:
+    """Produce every value once to ``bootstrap`` and wait for all delivery reports.
+
+    Args:
+        broker_cpu: CPU seconds of the broker(s) so far, sampled around the phase
+            (a cluster passes the sum over its brokers).
+        timeout: seconds for the whole phase; what is undelivered then counts as errors.
+        extra: producer settings that override the defaults.
+    """
     tracker = DeliveryTracker()
     producer = Producer(
-        producer_config(ctx.bootstrap, case.acks, case.codec, LINGER_MS, on_delivery=tracker,
+        producer_config(bootstrap, case.acks, case.codec, LINGER_MS, on_delivery=tracker,
                         **extra)
     )
     topic_partitions(producer, topic)  # connect + metadata outside the timed section
-    deadline = time.monotonic() + ctx.config.phase_timeout(payloads.count)
-    cpu0, own0, t0 = ctx.broker.cpu_seconds(), own_cpu_seconds(), time.perf_counter()
+    deadline = time.monotonic() + timeout
+    cpu0, own0, t0 = broker_cpu(), own_cpu_seconds(), time.perf_counter()
     for i, value in enumerate(payloads.values):
         _produce_one(producer, topic, value, deadline)
         if i % POLL_EVERY == 0:
             producer.poll(0)
     left = _flush(producer, deadline)
-    elapsed, cpu1, own1 = time.perf_counter() - t0, ctx.broker.cpu_seconds(), own_cpu_seconds()
+    elapsed, cpu1, own1 = time.perf_counter() - t0, broker_cpu(), own_cpu_seconds()
     notes = [f"{left} message(s) still undelivered at the phase deadline"] if left else []
     if tracker.errors:
         notes.append(f"{tracker.errors} delivery error(s), first: {tracker.first_error}")

@@ -26,7 +26,6 @@ before the case returns, on errors too.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import tempfile
 import time
@@ -151,13 +150,9 @@ def remote_tier(rsm: str, log_dir: Path) -> Iterator[dict[str, str]]:
 def tiered_spec(ctx: ScenarioContext, rsm: str, settings: dict[str, str]) -> BrokerSpec:
     """The round's tierd command with tiering on over ``rsm``."""
     base = tierd_spec(ctx.config)
-    extra = {**TIERED_OVERRIDES, **settings}
-    args = " ".join(f"--override {shlex.quote(f'{k}={v}')}" for k, v in extra.items())
     env = AWS_TEST_ENV if rsm == "s3" else ()
-    # Braces in values would be read as placeholders by BrokerSpec.command.
-    args = args.replace("{", "{{").replace("}", "}}")
-    return BrokerSpec(name=base.name, label=f"{base.label} (tiered, {rsm})",
-                      command_template=f"{base.command_template} {args}", cwd=base.cwd, env=env)
+    return base.with_overrides(f"{base.label} (tiered, {rsm})",
+                               {**TIERED_OVERRIDES, **settings}, env)
 
 
 def create_topics(bootstrap: str, topics: dict[str, dict[str, str]], partitions: int) -> None:

@@ -116,3 +116,18 @@ def test_tiered_spec_adds_overrides_and_keeps_placeholders() -> None:
     assert "remote.log.storage.system.enable=true" in argv
     assert "rsm.config.endpoint.url=http://h:1/{odd}" in argv
     assert dict(spec.env)["AWS_ACCESS_KEY_ID"] == "testing"
+
+
+def test_cluster_cases_metrics_and_targets() -> None:
+    from bench.scenarios import cluster
+
+    cases = [cluster.workload_case(s, c) for s, c in cluster.WORKLOADS]
+    cases += list(cluster.FAILOVER_SIGNALS)
+    assert cases == ["produce-1KiB-lz4", "produce-100B-none", "failover-sigkill",
+                     "failover-sigterm"]
+    assert all(any(m.applies_to(case) for case in cases) for m in cluster.METRICS)
+    assert not any(m.applies_to("failover-sigkill") for m in cluster.METRICS
+                   if m.key.startswith("rf"))
+    judged = {(t.cases, t.metric): t.value for t in cluster.TARGETS}
+    assert judged[("failover-sigkill", "failover_p99_ms")] == cluster.SESSION_TIMEOUT_MS + 1000
+    assert judged[("failover-sigterm", "failover_p99_ms")] == 1000
