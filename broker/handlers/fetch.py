@@ -9,6 +9,10 @@ gets FETCH_SESSION_ID_NOT_FOUND.
 Topic ids (v13+): a request naming an unknown topic id gets UNKNOWN_TOPIC_ID
 for those partitions. The replica id comes from the request body up to v14
 and from ``replica_state`` from v15 (KIP-903).
+
+A partition refused with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names
+its current leader and the response that leader's endpoint (v16+, KIP-951;
+see ``leader_discovery``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker.context import BrokerContext
+from broker.handlers import leader_discovery
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from replication.fetch import CONSUMER_REPLICA_ID, FetchParams, FetchPartition, FetchResult
@@ -43,7 +48,7 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
                          read_committed=req.isolation_level == READ_COMMITTED,
                          replica_id=replica_id(req, v))
     results = await ctx.replicas.fetch(params)
-    return _build(ctx, resp, params, topic_ids, results)
+    return _build(ctx, resp, v, params, topic_ids, results)
 
 
 def replica_id(req: Any, v: int) -> int:
@@ -73,11 +78,13 @@ def _resolve(ctx: BrokerContext, req: Any, v: int
     return wanted, topic_ids
 
 
-def _build(ctx: BrokerContext, resp: Any, params: FetchParams,
+def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
            topic_ids: list[uuid.UUID | None], results: list[FetchResult]) -> Any:
     topic_cls = resp.FetchableTopicResponse
     part_cls = topic_cls.PartitionData
     aborted_cls = part_cls.AbortedTransaction
+    hints = (leader_discovery.LeaderHints(ctx.metadata)
+             if v >= leader_discovery.FETCH_VERSION else None)
     by_topic: dict[tuple[str, uuid.UUID | None], list[Any]] = {}
     for p, topic_id, r in zip(params.partitions, topic_ids, results, strict=True):
         if r.error:
@@ -92,6 +99,9 @@ def _build(ctx: BrokerContext, resp: Any, params: FetchParams,
         if r.diverging_epoch is not None:
             epoch, end = r.diverging_epoch
             extra["diverging_epoch"] = part_cls.EpochEndOffset(epoch=epoch, end_offset=end)
+        if hints is not None and r.error in leader_discovery.FETCH_ERRORS:
+            extra["current_leader"] = hints.current_leader((p.topic, p.partition),
+                                                           part_cls.LeaderIdAndEpoch)
         by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
             partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
@@ -99,7 +109,10 @@ def _build(ctx: BrokerContext, resp: Any, params: FetchParams,
             **extra))
     topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
               for (name, tid), parts in by_topic.items()]
-    return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    if hints is None:
+        return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
+                node_endpoints=hints.node_endpoints(resp.NodeEndpoint))
 
 
 HANDLERS = {FetchRequest.API_KEY: handle_fetch}

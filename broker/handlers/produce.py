@@ -12,6 +12,9 @@ others still append.
 Transactional batches are verified with the transaction coordinator first
 (a simplified KIP-890 check): the partition must be in the producer's open
 transaction, else INVALID_TXN_STATE.
+
+A partition refused with NOT_LEADER_OR_FOLLOWER names its current leader and
+the response that leader's endpoint (v10+, KIP-951; see ``leader_discovery``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import structlog
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker.context import BrokerContext
+from broker.handlers import leader_discovery
 from protocol import records as batches
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
@@ -66,7 +70,22 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
                 log.info("acks=all produce failed", topic=tp[0], partition=tp[1],
                          error=code.name)
                 parts[i] = _error(ctx, part_cls, tp[1], code, code.name)
-    return resp(responses=topics, throttle_time_ms=0)
+    if v < leader_discovery.PRODUCE_VERSION:
+        return resp(responses=topics, throttle_time_ms=0)
+    return resp(responses=topics, throttle_time_ms=0,
+                node_endpoints=_name_leaders(ctx, resp, topics))
+
+
+def _name_leaders(ctx: BrokerContext, resp: Any, topics: list[Any]) -> list[Any]:
+    """KIP-951: the current leader of every partition refused as not led here;
+    returns the leaders' endpoints for the response."""
+    hints = leader_discovery.LeaderHints(ctx.metadata)
+    leader_cls = resp.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
+    for topic in topics:
+        for part in topic.partition_responses:
+            if part.error_code in leader_discovery.PRODUCE_ERRORS:
+                part.current_leader = hints.current_leader((topic.name, part.index), leader_cls)
+    return hints.node_endpoints(resp.NodeEndpoint)
 
 
 def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any,
