@@ -60,13 +60,8 @@ def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
 
 async def build_cluster(config: BrokerConfig) -> BrokerContext:
     """Connect to ZooKeeper and open the logs of the topics it knows; the
-    coordinators follow the leadership of their internal topics' partitions.
-
-    Tiered storage is not run in cluster mode yet.
-    """
+    coordinators follow the leadership of their internal topics' partitions."""
     node = await open_cluster_node(config)
-    if config["remote.log.storage.system.enable"]:
-        log.warning("tiered storage is not available in cluster mode yet; running without it")
     groups = GroupCoordinator(config, node.internal.offsets, follow_leadership=True)
     markers = MarkerWriter(config["node.id"], node.replicas, node.metadata,
                            config["request.timeout.ms"])
@@ -84,6 +79,8 @@ async def run(config: BrokerConfig) -> None:
     node: SingleNode | None = None
     if config["zookeeper.connect"]:
         ctx = await build_cluster(config)
+        tiering = build_tiering(config, ctx.admin, ctx.metadata, ctx.replicas,
+                                ctx.metrics.registry, cluster=True)
     else:
         ctx, node = build(config)
         tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
@@ -98,7 +95,7 @@ async def run(config: BrokerConfig) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
-            if tiering is not None:
+            if tiering is not None and ctx.cluster is None:
                 await nursery.start(tiering.run)
             if ctx.groups is not None:
                 await nursery.start(ctx.groups.run)
@@ -115,6 +112,8 @@ async def run(config: BrokerConfig) -> None:
                 node.admin.set_endpoint(adv_host, adv_port)
             if ctx.cluster is not None:
                 await nursery.start(ctx.cluster.run, adv_host, adv_port)
+                if tiering is not None:
+                    nursery.start_soon(tiering.run)
             log.info("tierd listening", host=host, port=bound_port, node_id=ctx.node_id,
                      cluster_id=ctx.cluster_id, log_dir=config.log_dir, metrics=metrics_url)
             print(f"tierd listening on {host}:{bound_port} (metrics: {metrics_url})",

@@ -49,7 +49,8 @@ class BrokerMetrics:
 
         Concurrency: run on the event loop, where the snapshot is taken.
         """
-        collector = ReplicationCollector(replicas, None if cluster is None else cluster.controller)
+        collector = (ReplicationCollector(replicas, None) if cluster is None else
+                     ReplicationCollector(replicas, cluster.controller, cluster.fetchers.states))
         collector.snapshot()
         self.registry.register(collector)
         await collector.run()

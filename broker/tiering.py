@@ -6,6 +6,13 @@ Builds the RemoteStorageManager named by remote.log.storage.manager.class.name
 topic-based one over ``__remote_log_metadata``, or a dotted path), and the
 RemoteLogManager, and runs them: the metadata manager starts and catches up
 before any tiered partition starts its tasks.
+
+In cluster mode the metadata topic is replicated like any other
+(``ClusterMetadataLog``: writes to each metadata partition's leader, reads
+from the local replica), partitions start their tasks as LeaderAndIsr makes
+them leaders or followers, and the metadata manager starts in the
+background once the broker is registered (its topic needs enough live
+brokers to be created).
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
 from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
 from replication.local_admin import LocalTopicAdmin
 from replication.metadata_cache import MetadataCache
-from replication.remote_metadata_log import ReplicaMetadataLog
+from replication.peer import PeerPool
+from replication.remote_metadata_log import ClusterMetadataLog, ReplicaMetadataLog
 from replication.replica_manager import ReplicaManager
+from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.rlmm import (
@@ -48,13 +57,14 @@ class Tiering:
     rlmm: Any
     manager: RemoteLogManager
     replicas: ReplicaManager
-    admin: LocalTopicAdmin
+    admin: TopicAdmin
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._run_rlmm)
             self.replicas.start_tiering_all()
-            self.admin.resume_remote_deletes()
+            if isinstance(self.admin, LocalTopicAdmin):
+                self.admin.resume_remote_deletes()
             nursery.start_soon(self.manager.run)
             task_status.started()
 
@@ -66,8 +76,8 @@ class Tiering:
         await self.rlmm.close()
 
 
-def _build_rlmm(config: BrokerConfig, admin: LocalTopicAdmin, metadata: MetadataCache,
-                replicas: ReplicaManager) -> Any:
+def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
+                replicas: ReplicaManager, cluster: bool) -> Any:
     settings = plugin_configs(config.values, RLMM_PREFIX)
     class_name = config[RLMM_CLASS_KEY]
     if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
@@ -85,7 +95,13 @@ def _build_rlmm(config: BrokerConfig, admin: LocalTopicAdmin, metadata: Metadata
         topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, partitions, rf,
                               {"cleanup.policy": "delete", "retention.ms": str(retention)},
                               admin, metadata, replicas)
-        return TopicBasedRemoteLogMetadataManager(ReplicaMetadataLog(topic), config.log_dir,
+        node_id = config["node.id"]
+        timeout_ms = config["request.timeout.ms"]
+        metadata_log = (ClusterMetadataLog(topic, node_id, metadata,
+                                           PeerPool(metadata, f"rlmm-{node_id}", timeout_ms),
+                                           timeout_ms)
+                        if cluster else ReplicaMetadataLog(topic))
+        return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir,
                                                   num_partitions=partitions)
     module_name, _, attr = class_name.rpartition(".")
     try:
@@ -95,8 +111,9 @@ def _build_rlmm(config: BrokerConfig, admin: LocalTopicAdmin, metadata: Metadata
     return cls(settings)
 
 
-def build_tiering(config: BrokerConfig, admin: LocalTopicAdmin, metadata: MetadataCache,
-                  replicas: ReplicaManager, registry: Any) -> Tiering | None:
+def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
+                  replicas: ReplicaManager, registry: Any, cluster: bool = False
+                  ) -> Tiering | None:
     """The tiering stack, or None when the broker has tiering off.
 
     Raises:
@@ -109,13 +126,14 @@ def build_tiering(config: BrokerConfig, admin: LocalTopicAdmin, metadata: Metada
     if rsm_class == "filesystem" and "dir" not in rsm_settings:
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
     rsm = load_rsm(rsm_class, rsm_settings)
-    rlmm = _build_rlmm(config, admin, metadata, replicas)
+    rlmm = _build_rlmm(config, admin, metadata, replicas, cluster)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms)
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
     replicas.remote = manager
 
-    manager.on_partition_removed = admin.remote_delete_done
+    if isinstance(admin, LocalTopicAdmin):
+        manager.on_partition_removed = admin.remote_delete_done
     log.info("tiered storage on", storage_manager=rsm_class,
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))

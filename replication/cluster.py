@@ -45,6 +45,7 @@ from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
 from replication.zookeeper import ZkClient
 from storage.log.manager import LogManager, TopicPartition, now_ms
+from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -246,9 +247,16 @@ class ClusterNode:
             return ErrorCode.STALE_CONTROLLER_EPOCH, {}
         for tp, delete in partitions:
             self.fetchers.unfollow(tp)
-            was_leader = (p := self.replicas.partitions.get(tp)) is not None \
-                and p.is_leader(self.node_id)
+            p = self.replicas.partitions.get(tp)
+            was_leader = p is not None and p.is_leader(self.node_id)
+            tiered = p is not None and p.log.config.remote_storage_enable
             await self.replicas.stop_replica(tp, delete)
+            if delete and tiered and p is not None and self.replicas.remote is not None:
+                # A deleted topic's remote data: every replica asks (the metadata's
+                # partition-delete states make the work happen once); it survives
+                # restarts through DELETE_PARTITION_MARKED.
+                self.replicas.remote.delete_partition(
+                    TopicIdPartition(p.topic_id, tp[0], tp[1]))  # type: ignore[arg-type]
             if was_leader:
                 self._tell(tp, False)
             if delete:

@@ -22,9 +22,13 @@ of that end offset and where its own copy of that epoch ends. An answer
 with no epoch at all (the leader does not know it) truncates to the high
 watermark, as Kafka does.
 
-BUILDING_REMOTE_AUX_STATE is where a follower below the leader's local log
-start will rebuild from the remote tier (tiered storage across replicas,
-the next issue); until then it logs and retries after the backoff.
+BUILDING_REMOTE_AUX_STATE: a follower below the leader's local log start
+rebuilds from the remote tier (``remote_aux_state``). The reading part runs
+as a task of its own while the fetcher goes on with its other partitions;
+the partition waits meanwhile. Success restarts its log after the remote
+data and it fetches the local tail; failure is counted and retried with
+exponential backoff (the next fetch gets OFFSET_MOVED_TO_TIERED_STORAGE
+again).
 
 Error handling: a partition's error delays only that partition for
 replica.fetch.backoff.ms; a connection failure delays the whole fetcher. A
@@ -35,9 +39,10 @@ and resets its state.
 from __future__ import annotations
 
 import enum
+import math
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -45,9 +50,12 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
+from replication import remote_aux_state
 from replication.peer import Peer, PeerError
-from replication.replica_manager import ReplicaManager
 from storage.log.manager import TopicPartition
+
+if TYPE_CHECKING:
+    from replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +63,9 @@ log = structlog.get_logger(__name__)
 # the last with topic names (v13 switches to topic ids).
 FETCH_VERSION = 12
 UNDEFINED = -1
+# Longest wait between two attempts to rebuild a partition from the remote tier
+# (each failure doubles replica.fetch.backoff.ms up to this).
+MAX_AUX_STATE_BACKOFF_S = 30.0
 
 
 class IllegalTransition(RuntimeError):
@@ -85,6 +96,8 @@ class FollowerPartition:
     # Where TRUNCATING cuts the log; when DELAYED ends (trio time).
     truncate_to: int = 0
     delayed_until: float = 0.0
+    # Failed attempts to rebuild from the remote tier in a row.
+    aux_failures: int = 0
 
     def move(self, to: FollowerState) -> None:
         if to not in TRANSITIONS[self.state]:
@@ -111,12 +124,20 @@ class ReplicaFetcher:
         self.cancel_scope = trio.CancelScope()
         self._backoff = config["replica.fetch.backoff.ms"] / 1000
         self.stats = replicas.stats
+        self._nursery: trio.Nursery | None = None
+        # The fetch in flight, cancelled when a partition joins (see ``add``).
+        self._in_flight: trio.CancelScope | None = None
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FollowerPartition(tp, leader_epoch)
         part = self.replicas.partitions.get(tp)
         if part is not None:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
+        # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
+        # new partition: cut it short, so a new leader's followers (and so acks=all
+        # produce after a failover) start at once.
+        if self._in_flight is not None:
+            self._in_flight.cancel()
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
@@ -124,20 +145,33 @@ class ReplicaFetcher:
 
     async def run(self) -> None:
         with self.cancel_scope:
-            while True:
-                ready = self._ready()
-                if not ready:
-                    await self._sleep_until_ready()
-                    continue
-                try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._fetch_loop()
+
+    async def _fetch_loop(self) -> None:
+        while True:
+            ready = self._ready()
+            if not ready:
+                await self._sleep_until_ready()
+                continue
+            response = None
+            try:
+                with trio.CancelScope() as self._in_flight:
                     response = await self.leader.request(FetchRequest, FetchResponse,
                                                          FETCH_VERSION, self._build(ready))
-                except PeerError as exc:
-                    log.info("replica fetch failed; backing off", leader=self.leader.node_id,
-                             error=str(exc))
-                    await trio.sleep(self._backoff)
-                    continue
-                self._apply(ready, response)
+            except PeerError as exc:
+                log.info("replica fetch failed; backing off", leader=self.leader.node_id,
+                         error=str(exc))
+                await trio.sleep(self._backoff)
+                continue
+            finally:
+                self._in_flight = None
+            if response is None:
+                # Cut short by ``add``: its answer would be read as the next one's.
+                await self.leader.close()
+                continue
+            self._apply(ready, response)
 
     def _ready(self) -> list[FollowerPartition]:
         now = trio.current_time()
@@ -196,10 +230,13 @@ class ReplicaFetcher:
     def _apply_partition(self, fp: FollowerPartition, p: Any) -> None:
         code = ErrorCode(p.error_code)
         if code is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
-            log.info("follower below the leader's local log start; rebuilding from the remote "
-                     "tier is not available yet, retrying", topic=fp.tp[0], partition=fp.tp[1])
+            log.info("follower below the leader's local log start; rebuilding from the "
+                     "remote tier", topic=fp.tp[0], partition=fp.tp[1],
+                     leader=self.leader.node_id)
             fp.move(S.BUILDING_REMOTE_AUX_STATE)
-            fp.delayed_until = trio.current_time() + self._backoff
+            fp.delayed_until = math.inf  # until the build task says otherwise
+            assert self._nursery is not None
+            self._nursery.start_soon(self._build_aux_state, fp)
             return
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(fp, p)
@@ -219,6 +256,10 @@ class ReplicaFetcher:
         part = self.replicas.partitions.get(fp.tp)
         if part is not None:
             part.leader_high_watermark = p.high_watermark
+            if p.log_start_offset > part.log.log_start_offset:
+                # The leader's log start moved (retention, remote expiration,
+                # DeleteRecords): what is below it is gone everywhere.
+                part.log.advance_log_start_offset(p.log_start_offset)
         self.replicas.set_follower_high_watermark(fp.tp, p.high_watermark)
 
     def _diverged(self, fp: FollowerPartition, epoch: int, end_offset: int) -> None:
@@ -250,6 +291,34 @@ class ReplicaFetcher:
             fp.truncate_to = max(p.high_watermark, 0)
             fp.move(S.TRUNCATING)
             self._truncate(fp)
+
+    async def _build_aux_state(self, fp: FollowerPartition) -> None:
+        self.stats.aux_state_requests.inc()
+        try:
+            state = await remote_aux_state.prepare(self.replicas, self.leader, fp.tp,
+                                                   fp.leader_epoch, self.node_id)
+        except Exception as exc:
+            self.stats.aux_state_errors.inc()
+            fp.aux_failures += 1
+            delay = min(self._backoff * 2 ** fp.aux_failures, MAX_AUX_STATE_BACKOFF_S)
+            log.warning("rebuilding from the remote tier failed; retrying", topic=fp.tp[0],
+                        partition=fp.tp[1], error=f"{type(exc).__name__}: {exc}",
+                        retry_in_s=round(delay, 2))
+            fp.delayed_until = trio.current_time() + delay
+            self._wake.set()
+            return
+        part = self.replicas.partitions.get(fp.tp)
+        if self.partitions.get(fp.tp) is not fp or part is None \
+                or part.leader_epoch != fp.leader_epoch:
+            return  # reassigned meanwhile: the new assignment starts over
+        next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
+        fp.aux_failures = 0
+        fp.delayed_until = 0.0
+        log.info("rebuilt from the remote tier", topic=fp.tp[0], partition=fp.tp[1],
+                 segment=str(state.segment.remote_log_segment_id), log_start=state.log_start,
+                 fetch_from=next_offset, epochs=len(state.epochs),
+                 producers=len(state.producers))
+        self._wake.set()
 
     def _delay(self, fp: FollowerPartition) -> None:
         fp.move(S.DELAYED)
@@ -291,6 +360,11 @@ class FetcherManager:
             self._nursery.start_soon(self._run_fetcher, key, fetcher)
         fetcher.add(tp, leader_epoch)
         self.assigned[tp] = key
+
+    def states(self) -> list[tuple[TopicPartition, FollowerState]]:
+        """Every followed partition with its fetcher state (for metrics)."""
+        return [(tp, fp.state) for fetcher in list(self.fetchers.values())
+                for tp, fp in list(fetcher.partitions.items())]
 
     def unfollow(self, tp: TopicPartition) -> None:
         key = self.assigned.pop(tp, None)

@@ -135,6 +135,10 @@ class InternalTopic:
         tp = (self.name, partition)
         return (await self.replicas.wait_replicated({tp: end}, timeout_ms))[tp]
 
+    async def flush(self, partition: int) -> None:
+        """fsync what was appended to ``partition`` (off the event loop)."""
+        await self.replicas.partition((self.name, partition)).log.flush()
+
     def forget(self, partition: int) -> None:
         """Leadership of ``partition`` moved away: its pending appends are moot."""
         self._appended.pop(partition, None)

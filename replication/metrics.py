@@ -28,7 +28,7 @@ thread, only reads the latest snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from replication.fetcher import FollowerState
 from replication.partition import Partition
 
 if TYPE_CHECKING:
@@ -72,8 +73,17 @@ class ReplicaStats:
                                  "Record bytes sent to followers by this broker as leader",
                                  registry=None)
 
+        # KIP-963's names: followers rebuilding from the remote tier.
+        self.aux_state_requests = Counter(
+            f"{PREFIX}BuildRemoteLogAuxStateRequestsPerSec",
+            "Attempts to rebuild a follower from the remote tier", registry=None)
+        self.aux_state_errors = Counter(
+            f"{PREFIX}BuildRemoteLogAuxStateErrorsPerSec",
+            "Failed attempts to rebuild a follower from the remote tier", registry=None)
+
     def counters(self) -> list[Counter]:
-        return [self.isr_shrinks, self.isr_expands, self.bytes_in, self.bytes_out]
+        return [self.isr_shrinks, self.isr_expands, self.bytes_in, self.bytes_out,
+                self.aux_state_requests, self.aux_state_errors]
 
 
 class ControllerStats:
@@ -151,10 +161,31 @@ _CONTROLLER_GAUGES = {
 
 
 @dataclass(frozen=True, slots=True)
+class FollowerGauges:
+    """The replica fetchers' partitions by state: a count per state, and which
+    partitions are not simply fetching (rebuilding from the remote tier,
+    truncating, backing off), so an operator sees what is stuck where."""
+
+    by_state: tuple[tuple[str, int], ...] = ()
+    not_fetching: tuple[tuple[str, int, str], ...] = ()
+
+    @classmethod
+    def of(cls, states: Iterable[tuple[tuple[str, int], FollowerState]]) -> FollowerGauges:
+        counts = dict.fromkeys((s.value for s in FollowerState), 0)
+        odd = []
+        for (topic, partition), state in states:
+            counts[state.value] += 1
+            if state is not FollowerState.FETCHING:
+                odd.append((topic, partition, state.value))
+        return cls(tuple(sorted(counts.items())), tuple(sorted(odd)))
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationSnapshot:
     replica: ReplicaGauges = ReplicaGauges()
     # None in single-node mode, which has no controller.
     controller: ControllerGauges | None = None
+    followers: FollowerGauges = FollowerGauges()
 
 
 class ReplicationCollector(Collector):
@@ -165,18 +196,24 @@ class ReplicationCollector(Collector):
     prometheus_client's HTTP thread reads ``self.latest``, replaced whole.
     """
 
-    def __init__(self, replicas: ReplicaManager, controller: Controller | None) -> None:
+    def __init__(self, replicas: ReplicaManager, controller: Controller | None,
+                 follower_states: Callable[[], Iterable[tuple[tuple[str, int],
+                                                              FollowerState]]] | None = None
+                 ) -> None:
         self.replicas = replicas
         self.controller = controller
+        self.follower_states = follower_states
         self.stats = replicas.stats
         self.latest = ReplicationSnapshot()
 
     def snapshot(self) -> None:
         """Recompute the gauges (event loop only)."""
         controller = None if self.controller is None else ControllerGauges.of(self.controller)
+        followers = (FollowerGauges() if self.follower_states is None
+                     else FollowerGauges.of(self.follower_states()))
         self.latest = ReplicationSnapshot(
             ReplicaGauges.of(self.replicas.partitions.values(), self.replicas.node_id),
-            controller)
+            controller, followers)
 
     async def run(self, interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
         """Snapshot the gauges every ``interval_s`` until cancelled."""
@@ -189,6 +226,21 @@ class ReplicationCollector(Collector):
         yield from _gauges(_REPLICA_GAUGES, latest.replica)
         if latest.controller is not None:
             yield from _gauges(_CONTROLLER_GAUGES, latest.controller)
+        if self.follower_states is not None:
+            by_state = GaugeMetricFamily(f"{PREFIX}FollowerPartitions",
+                                         "Followed partitions by replica fetcher state",
+                                         labels=["state"])
+            for state, count in latest.followers.by_state:
+                by_state.add_metric([state], count)
+            yield by_state
+            stuck = GaugeMetricFamily(
+                f"{PREFIX}FollowerPartitionState",
+                "1 for each followed partition not fetching, labelled with its state "
+                "(BuildingRemoteLogAuxState, Truncating, Delayed)",
+                labels=["topic", "partition", "state"])
+            for topic, partition, state in latest.followers.not_fetching:
+                stuck.add_metric([topic, str(partition), state], 1)
+            yield stuck
         for counter in self.stats.counters():
             yield from counter.collect()
         if self.controller is not None:

@@ -108,3 +108,38 @@ class Peer:
             with trio.move_on_after(1) as scope:
                 scope.shield = True
                 await stream.aclose()
+
+
+class PeerPool:
+    """One connection per other broker, for one kind of traffic (its client id).
+
+    Looks endpoints up in the metadata cache each time, so a broker that came
+    back on another address gets a new connection; requests to one broker go
+    one at a time over its connection (``Peer``'s lock).
+    """
+
+    def __init__(self, metadata: Any, client_id: str, request_timeout_ms: int) -> None:
+        self.metadata = metadata
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self._peers: dict[int, Peer] = {}
+        self._stale: list[Peer] = []
+
+    def get(self, node_id: int) -> Peer | None:
+        """The connection to ``node_id``, or None while its endpoint is unknown."""
+        endpoint = self.metadata.broker(node_id)
+        if endpoint is None:
+            return None
+        peer = self._peers.get(node_id)
+        if peer is None or (peer.host, peer.port) != (endpoint.host, endpoint.port):
+            if peer is not None:
+                self._stale.append(peer)
+            peer = Peer(node_id, endpoint.host, endpoint.port, self.client_id,
+                        request_timeout_ms=self.request_timeout_ms)
+            self._peers[node_id] = peer
+        return peer
+
+    async def close(self) -> None:
+        peers, self._peers, self._stale = [*self._peers.values(), *self._stale], {}, []
+        for peer in peers:
+            await peer.close()

@@ -2,16 +2,32 @@
 
 Adapts an ``InternalTopic`` to storage.remote.rlmm.MetadataLog: records are
 appended as single-record batches with a null key and read back up to the
-high watermark (committed). The topic (cleanup.policy=delete, tiering off,
-retention rlmm.config.remote.log.metadata.topic.retention.ms, default -1)
-is created on first use.
+high watermark (committed). ``ReplicaMetadataLog`` is the single-node form
+(every partition local); ``ClusterMetadataLog`` the cluster form. The
+topic (cleanup.policy=delete, tiering off, retention
+rlmm.config.remote.log.metadata.topic.retention.ms, default -1) is created
+on first use.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
+import structlog
+import trio
+
+from protocol import records
+from protocol.errors import ErrorCode, KafkaApiError
+from replication import leader_requests
 from replication.internal_topics import InternalTopic
+from replication.metadata_cache import MetadataCache
+from replication.peer import Peer, PeerPool
+
+log = structlog.get_logger(__name__)
+
+# While the metadata topic cannot be created yet, try again this often.
+ENSURE_RETRY_S = 1.0
 
 
 class ReplicaMetadataLog:
@@ -23,7 +39,13 @@ class ReplicaMetadataLog:
         return await self.topic.ensure()
 
     async def append(self, partition: int, record: bytes) -> int:
-        return self.topic.append_records(partition, [(None, record)]).first_offset
+        """Append and fsync: a metadata record (COPY_SEGMENT_FINISHED above all)
+        must survive a power loss before local data is deleted on its strength;
+        one broker has no other replica to keep it (cluster mode relies on
+        acks=all instead, as Kafka does)."""
+        offset = self.topic.append_records(partition, [(None, record)]).first_offset
+        await self.topic.flush(partition)
+        return offset
 
     async def read(self, partition: int, from_offset: int,
                    max_bytes: int) -> Sequence[tuple[int, bytes]]:
@@ -31,3 +53,93 @@ class ReplicaMetadataLog:
 
     def end_offset(self, partition: int) -> int:
         return self.topic.end_offset(partition)
+
+
+# "Unknown": where this broker does not lead a metadata partition, the manager
+# reads until a fetch comes back empty instead of up to an end offset.
+UNKNOWN_END = 2**63 - 1
+
+
+class ClusterMetadataLog:
+    """``__remote_log_metadata`` in cluster mode, as Kafka's manager uses it
+    through a producer and a consumer.
+
+    Appends go to the metadata partition's leader with acks=all: in process
+    when that is this broker, else a Produce request. Reads, like a Kafka
+    consumer's, come from the leader up to its high watermark (committed): the
+    local log when this broker leads the metadata partition, else a Fetch.
+    (A local follower replica would learn the high watermark only with its
+    next fetch, so a writer could not read its own write at once.)
+
+    Error handling: a leader that is unknown, moved or unreachable raises
+    ``KafkaApiError`` / ``PeerError`` (retriable: the copier backs off, the
+    manager's poll tries again).
+    """
+
+    def __init__(self, topic: InternalTopic, node_id: int, metadata: MetadataCache,
+                 peers: PeerPool, timeout_ms: int) -> None:
+        self.topic = topic
+        self.node_id = node_id
+        self.metadata = metadata
+        self.peers = peers
+        self.timeout_ms = timeout_ms
+
+    async def ensure_topic(self, num_partitions: int) -> int:
+        """Create the topic if the cluster has none; wait while it cannot be
+        created yet (fewer live brokers than its replication factor)."""
+        self.topic.configured_partitions = num_partitions
+        while True:
+            try:
+                return await self.topic.ensure()
+            except KafkaApiError as exc:
+                # TOPIC_ALREADY_EXISTS: another broker created it; our metadata
+                # shows it once the controller's UpdateMetadata arrives.
+                log.info("remote log metadata topic not created yet; retrying",
+                         error=exc.code.name, detail=exc.message)
+            await trio.sleep(ENSURE_RETRY_S)
+
+    def _leader(self, partition: int) -> int:
+        state = self.metadata.partition((self.topic.name, partition))
+        if state is None or state.leader < 0:
+            raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                f"{self.topic.name}-{partition} has no leader")
+        return state.leader
+
+    def _peer(self, node: int) -> Peer:
+        peer = self.peers.get(node)
+        if peer is None:
+            raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {node} unknown")
+        return peer
+
+    async def append(self, partition: int, record: bytes) -> int:
+        leader = self._leader(partition)
+        if leader == self.node_id:
+            result = self.topic.append_records(partition, [(None, record)])
+            error = await self.topic.wait_durable(partition, self.timeout_ms)
+            if error is not ErrorCode.NONE:
+                raise KafkaApiError(error, f"{self.topic.name}-{partition}: {error.name}")
+            return result.first_offset
+        batch = records.build_batch([(None, record)], timestamp=int(time.time() * 1000))
+        return await leader_requests.produce(self._peer(leader), self.topic.name, partition,
+                                             batch, self.timeout_ms)
+
+    def _led_here(self, partition: int) -> bool:
+        return self.topic.is_leader(partition)
+
+    async def read(self, partition: int, from_offset: int,
+                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+        if self._led_here(partition):
+            return self.topic.read_values(partition, from_offset, max_bytes)
+        data, _ = await leader_requests.fetch(self._peer(self._leader(partition)),
+                                              self.topic.name, partition, from_offset, max_bytes)
+        out: list[tuple[int, bytes]] = []
+        for header in records.iter_headers(data):
+            for rec in records.decode_records(data, header):
+                if rec.offset >= from_offset and rec.value is not None:
+                    out.append((rec.offset, rec.value))
+        return out
+
+    def end_offset(self, partition: int) -> int:
+        if self._led_here(partition):
+            return self.topic.end_offset(partition)
+        return UNKNOWN_END

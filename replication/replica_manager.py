@@ -106,7 +106,10 @@ class ReplicaManager:
         part = self._take_state(tp, topic_id, config, state, state.leader)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
         if self.remote is not None:
-            self.remote.stop_partition(tp)
+            if part.log.config.remote_storage_enable:
+                self.remote.follow_partition(self._tip(part), part.log)
+            else:
+                self.remote.stop_partition(tp)
         self.delayed_produce.notify(tp)
         self.delayed_fetch_consumers.notify(tp)
         self.delayed_fetch_followers.notify(tp)
@@ -200,15 +203,26 @@ class ReplicaManager:
         return TopicIdPartition(part.topic_id, part.topic, part.index)
 
     def _start_tiering(self, part: Partition) -> None:
-        """Hand a leader partition with tiering on to the RemoteLogManager."""
+        """Hand a partition with tiering on to the RemoteLogManager: a leader
+        copies and expires, a follower only follows the tier boundary."""
         if self.remote is None or not part.log.config.remote_storage_enable:
             return
-        self.remote.start_partition(self._tip(part), part.log, lambda: part.last_stable_offset)
+        if part.is_leader(self.node_id):
+            self.remote.start_partition(self._tip(part), part.log,
+                                        lambda: part.last_stable_offset)
+        else:
+            self.remote.follow_partition(self._tip(part), part.log)
 
     def start_tiering_all(self) -> None:
-        """After the remote metadata is loaded: start every tiered partition."""
+        """After the remote metadata is loaded: start every tiered partition, and
+        resume the remote deletion of leaders whose tiering was turned off with
+        remote.log.delete.on.disable (KIP-950; a restart may have cut it short)."""
         for part in self.partitions.values():
             self._start_tiering(part)
+            cfg = part.log.config
+            if (self.remote is not None and not cfg.remote_storage_enable
+                    and cfg.remote_delete_on_disable and part.is_leader(self.node_id)):
+                self.remote.resume_disabled_partition(self._tip(part), part.log)
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""

@@ -38,7 +38,7 @@ from protocol import control
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.internal_topics import OFFSETS_TOPIC
 from replication.metadata_cache import MetadataCache
-from replication.peer import Peer, PeerError
+from replication.peer import PeerError, PeerPool
 from replication.replica_manager import ACKS_ALL, ReplicaManager
 from storage.log.producer_state import AppendOrigin
 
@@ -92,7 +92,7 @@ class MarkerWriter:
         self.timeout_ms = timeout_ms
         # Set by the wiring once the group coordinator exists.
         self.complete_offsets: CompleteOffsets | None = None
-        self._peers: dict[int, Peer] = {}
+        self._peers = PeerPool(metadata, f"txn-marker-sender-{node_id}", timeout_ms)
 
     async def write(self, txn: TxnMetadata, committed: bool, coordinator_epoch: int,
                     now_ms: int) -> frozenset[TopicPartition]:
@@ -143,7 +143,7 @@ class MarkerWriter:
     async def _send(self, leader: int, tps: list[TopicPartition],
                     marker: Marker) -> dict[TopicPartition, ErrorCode]:
         """One WriteTxnMarkers request to ``leader``; an error code per partition."""
-        peer = self._peer(leader)
+        peer = self._peers.get(leader)
         if peer is None:
             return dict.fromkeys(tps, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         req = WriteTxnMarkersRequest[WRITE_TXN_MARKERS_VERSION]
@@ -170,20 +170,8 @@ class MarkerWriter:
                         out[(t.name, p.partition_index)] = _code(p.error_code)
         return out
 
-    def _peer(self, node: int) -> Peer | None:
-        endpoint = self.metadata.broker(node)
-        if endpoint is None:
-            return None
-        peer = self._peers.get(node)
-        if peer is None or (peer.host, peer.port) != (endpoint.host, endpoint.port):
-            peer = Peer(node, endpoint.host, endpoint.port, f"txn-marker-sender-{self.node_id}",
-                        request_timeout_ms=self.timeout_ms)
-            self._peers[node] = peer
-        return peer
-
     async def close(self) -> None:
-        for peer in self._peers.values():
-            await peer.close()
+        await self._peers.close()
 
 
 def _code(value: int) -> ErrorCode:

@@ -49,9 +49,19 @@ def atomic_write(path: str, text: str, fsync: bool = False) -> None:
 def _read_entries(path: str, width: int) -> list[list[str]]:
     try:
         with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            text = f.read()
     except FileNotFoundError:
         return []
+    entries = _parse_entries(text, width)
+    if entries is None:
+        log.warning("ignoring corrupt checkpoint", path=path)
+        return []
+    return entries
+
+
+def _parse_entries(text: str, width: int) -> list[list[str]] | None:
+    """The entries of a checkpoint's text; None if it is malformed."""
+    lines = text.splitlines()
     try:
         if int(lines[0]) != VERSION:
             raise ValueError("version")
@@ -61,8 +71,7 @@ def _read_entries(path: str, width: int) -> list[list[str]]:
             raise ValueError("count")
         return entries
     except (ValueError, IndexError):
-        log.warning("ignoring corrupt checkpoint", path=path)
-        return []
+        return None
 
 
 def read_offsets(path: str) -> dict[tuple[str, int], int]:
@@ -88,6 +97,16 @@ def read_epochs(path: str) -> list[tuple[int, int]]:
         return [(int(e), int(o)) for e, o in _read_entries(path, 2)]
     except ValueError:
         return []
+
+
+def parse_epochs(text: str) -> list[tuple[int, int]] | None:
+    """A leader-epoch-checkpoint's text (e.g. a remote segment's copy) as
+    (epoch, start_offset) pairs; None if malformed."""
+    entries = _parse_entries(text, 2)
+    try:
+        return None if entries is None else [(int(e), int(o)) for e, o in entries]
+    except ValueError:
+        return None
 
 
 def format_epochs(entries: list[tuple[int, int]]) -> str:

@@ -80,6 +80,11 @@ class LeaderEpochCache:
             self.entries[0] = (self.entries[0][0], start_offset)
         self._save()
 
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """Take ``entries`` as the whole cache (a follower rebuilt from the remote tier)."""
+        self.entries = list(entries)
+        self._save()
+
     def clear(self) -> None:
         self.entries = []
         self._save()

@@ -35,7 +35,7 @@ from protocol import records
 from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import LeaderEpochCache
-from storage.log.producer_snapshot import CorruptSnapshot, SnapshotFiles
+from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
 from storage.log.segment import LogSegment
 from storage.log.txn_index import AbortedTxn
@@ -528,33 +528,50 @@ class Log:
     def apply_retention(self, high_watermark: int) -> int:
         """Delete local segments beyond retention; returns how many went.
 
-        Untiered topics: retention.ms / retention.bytes, only segments wholly
-        below the high watermark; an expired active segment is rolled first,
-        as Kafka does. Tiered topics: local.retention.* decides, and only
-        segments already in the remote tier may go (total retention of remote
-        data is the remote expiration task's job).
+        Which retention applies (Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``):
+
+        - tiering on and copying on: local.retention.*, and only segments
+          already in the remote tier may go (total retention of remote data
+          is the remote expiration task's job);
+        - otherwise (untiered, or remote.log.copy.disable=true): the total
+          retention.ms / retention.bytes, on segments wholly below the high
+          watermark, tiered or not; an expired active segment is rolled
+          first, as Kafka does. With copying off nothing new reaches the
+          tier, so without this the local log would grow until the disk is
+          full (KIP-950, KAFKA-17236).
+
+        Deleting a segment the remote tier does not hold moves the log start
+        to the new local start: the data below it is no longer contiguous
+        with the log (and, being older, is beyond the same total retention;
+        the expirer deletes it as below the log start). Deleting a tiered
+        segment moves only the local start.
         """
         if "delete" not in self.config.cleanup_policy:
             return 0
         now = self._clock()
-        tiered = self.config.remote_storage_enable
+        cfg = self.config
+        local_only = cfg.remote_storage_enable and not cfg.remote_copy_disable
         count = 0
+        start_moved = False
         while True:
-            expired = (self._locally_expired(now) if tiered
+            expired = (self._locally_expired(now) if local_only
                        else self._first_segment_expired(now, high_watermark))
             if not expired:
                 break
             if len(self.segments) == 1:
                 self.roll()
             seg = self.segments[0]
+            tiered = cfg.remote_storage_enable and seg.last_offset <= self.highest_tiered_offset
             log.info("deleting local segment by retention", topic=self.topic,
                      partition=self.partition, base_offset=seg.base_offset,
-                     last_offset=seg.last_offset, size=seg.size, tiered=tiered)
+                     last_offset=seg.last_offset, size=seg.size, tiered=tiered,
+                     local_retention=local_only)
             self._remove_first_segment()
-            if not tiered:
-                self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            if not tiered and self.segments[0].base_offset > self.log_start_offset:
+                self.log_start_offset = self.segments[0].base_offset
+                start_moved = True
             count += 1
-        if count and not tiered:
+        if start_moved:
             self.epochs.truncate_from_start(self.log_start_offset)
         return count
 
@@ -605,6 +622,22 @@ class Log:
         """Empty the log and restart it at ``offset`` (a follower behind the leader's start)."""
         self._truncate_fully_and_start_at(offset)
         self.log_start_offset = offset
+
+    def reset_from_remote(self, log_start: int, next_offset: int,
+                          epochs: list[tuple[int, int]],
+                          producers: list[SnapshotEntry]) -> None:
+        """A follower rebuilt from the remote tier (BuildingRemoteLogAuxState):
+        empty the local log and restart it at ``next_offset``, with the leader
+        epochs and producer state of the data below it, which lives only in
+        the remote tier; the log starts at ``log_start`` (the leader's)."""
+        self._truncate_fully_and_start_at(next_offset)
+        self.log_start_offset = min(log_start, next_offset)
+        self.epochs.replace([(e, o) for e, o in epochs if o < next_offset])
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.snapshots.delete_where(lambda _: True)
+        self.snapshots.write(next_offset, producers)
+        self.producers.load_snapshot(producers)
+        self.highest_tiered_offset = next_offset - 1
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:

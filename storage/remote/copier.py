@@ -112,6 +112,17 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
     finally:
         svc.tasks_busy.stop(token)
         p.copying.discard(md.remote_log_segment_id.id)
+    if p.cancelled:
+        # Stopped during the copy: leadership moved, tiering was disabled or the
+        # topic deleted. A deposed leader never publishes COPY_SEGMENT_FINISHED
+        # (the new leader copies the segment itself and its expirer removes this
+        # attempt as a stale copy), and the segment is not claimed as tiered: its
+        # remote data may be about to go, and local retention would delete the
+        # only copy.
+        log.info("copy finished after the partition stopped; not published",
+                 segment=str(md.remote_log_segment_id), start_offset=md.start_offset,
+                 end_offset=md.end_offset)
+        return
     await svc.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
         md.remote_log_segment_id, svc.clock(), custom,
         RemoteLogSegmentState.COPY_SEGMENT_FINISHED, svc.node_id))

@@ -7,19 +7,27 @@ DELETE_SEGMENT_FINISHED):
 - stale attempts: COPY_SEGMENT_STARTED segments this broker is not copying
   now (a crash or failed cleanup left them), and DELETE_SEGMENT_STARTED ones
   whose delete never finished;
-- orphans: finished segments whose leader epochs are not in this log's
-  leader-epoch lineage (the deep-dive's unclean-election case);
+- orphans: finished segments outside this log's leader-epoch lineage (the
+  deep-dive's unclean-election case), by Kafka's rule (``in_lineage``);
 - below the log start offset (DeleteRecords, or local retention of an
   untiered topic moved it);
 - retention.ms: segments whose newest record is older than the retention;
 - retention.bytes: oldest segments while remote size plus the local bytes not
   yet tiered exceed the retention.
 
-After deletions by retention the log start offset moves past the last
-deleted segment, so reads below it get OFFSET_OUT_OF_RANGE.
+The log start offset follows the remote tier: it moves past the segments
+deleted by retention, and up to where the remaining data begins (the
+earliest live remote segment, else the local log start). That is re-derived
+on every run and when tiering resumes (``sync_log_start``), as Kafka's
+RemoteLogManager does, because the log-start checkpoint is written only
+periodically: after a crash the log reopens at an older start whose remote
+segments are gone, and only the remote tier can tell where the log begins.
+The start only ever moves forward.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import structlog
 
@@ -32,56 +40,107 @@ log = structlog.get_logger(__name__)
 
 _S = RemoteLogSegmentState
 
+EpochEntries = list[tuple[int, int]]
 
-def in_lineage(md: RemoteLogSegmentMetadata, entries: list[tuple[int, int]],
-               log_end_offset: int) -> bool:
-    """Whether every epoch range of the segment lies within the log's epoch history.
 
-    ``entries`` is the leader-epoch cache: (epoch, start offset), ascending.
-    An epoch of the segment must exist in the cache, start no earlier than
-    the cache says it starts (unless it is the cache's first, truncated
-    entry), and end before the cache's next epoch begins.
+def _with_records(entries: Iterable[tuple[int, int]]) -> EpochEntries:
+    """(epoch, start offset) ascending, without epochs holding no record (the
+    next epoch starts at the same offset): Kafka's buildFilteredLeaderEpochMap."""
+    ordered = sorted(entries)
+    return [entry for i, entry in enumerate(ordered)
+            if i + 1 == len(ordered) or ordered[i + 1][1] != entry[1]]
+
+
+def in_lineage(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_end_offset: int) -> bool:
+    """Whether the segment belongs to the log's leader-epoch history.
+
+    Kafka's RemoteLogManager.isRemoteSegmentWithinLeaderEpochs. ``entries``
+    is the leader-epoch cache: (epoch, start offset), ascending. Epochs
+    without records are ignored on both sides. Then:
+
+    - the segment's last epoch must lie within the cache's epochs (all of
+      the segment older than the cache: an orphan);
+    - segment epochs older than the cache's first are skipped: DeleteRecords
+      or retention truncated the cache from the start, and only the part of
+      the segment from the log start on must match;
+    - each remaining epoch must be in the cache; the first of them may start
+      before the cache says only if it is the cache's first epoch (whose
+      start the truncation moved up); every following one must start exactly
+      where the cache says; the last must end before the cache's next epoch;
+    - the segment must end below the log end offset.
     """
-    starts = dict(entries)
-    ends = {e: (entries[i + 1][1] - 1 if i + 1 < len(entries) else log_end_offset - 1)
-            for i, (e, _) in enumerate(entries)}
-    first_epoch = entries[0][0] if entries else None
-    seg_epochs = sorted(md.segment_leader_epochs.items())
-    for i, (epoch, start) in enumerate(seg_epochs):
-        end = seg_epochs[i + 1][1] - 1 if i + 1 < len(seg_epochs) else md.end_offset
-        if epoch not in starts:
+    cache = _with_records(entries)
+    seg = _with_records(md.segment_leader_epochs.items())
+    if not cache or not seg or not cache[0][0] <= seg[-1][0] <= cache[-1][0]:
+        return False
+    position = {epoch: i for i, (epoch, _) in enumerate(cache)}
+    kept = [(epoch, start) for epoch, start in seg if epoch >= cache[0][0]]
+    for i, (epoch, start) in enumerate(kept):
+        c = position.get(epoch)
+        if c is None:
             return False
-        if start < starts[epoch] and epoch != first_epoch:
+        if i == 0 and c > 0 and start < cache[c][1]:
             return False
-        if end > ends[epoch]:
+        following = cache[c + 1] if c + 1 < len(cache) else None
+        if i + 1 < len(kept):
+            if following != kept[i + 1]:
+                return False
+        elif following is not None and md.end_offset >= following[1]:
             return False
-    return True
+    return md.end_offset < log_end_offset
+
+
+def _in_history(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_end_offset: int) -> bool:
+    """``in_lineage``, except that a log without epochs (nothing to compare) keeps all."""
+    return not entries or in_lineage(md, entries, log_end_offset)
+
+
+def _data_start(lg: Log, live: list[RemoteLogSegmentMetadata]) -> int:
+    """Where the log's data begins: the earliest live remote segment, else the
+    local log start (Kafka's findLogStartOffset)."""
+    return min((md.start_offset for md in live), default=lg.local_log_start_offset)
+
+
+def _live(lg: Log, segments: Iterable[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """Finished segments of the log's lineage not wholly below its start, by start offset."""
+    entries = list(lg.epochs.entries)
+    return sorted((md for md in segments
+                   if md.state == _S.COPY_SEGMENT_FINISHED
+                   and md.end_offset >= lg.log_start_offset
+                   and _in_history(md, entries, lg.end_offset)),
+                  key=lambda m: m.start_offset)
+
+
+def sync_log_start(p: TieredPartition, segments: Iterable[RemoteLogSegmentMetadata]) -> None:
+    """Move the log start up to where the remaining data begins (never back).
+
+    Called when tiering resumes for the partition (its remote metadata just
+    loaded), so that a log start left behind by a crash is repaired before
+    it is served.
+    """
+    _advance(p, _data_start(p.log, _live(p.log, segments)), "log start offset moved up to the "
+             "earliest remaining data")
 
 
 def choose_expired(p: TieredPartition, segments: list[RemoteLogSegmentMetadata],
                    now_ms: int) -> tuple[list[RemoteLogSegmentMetadata], int]:
-    """(segments to delete, new log start offset or -1) for one expiration run."""
+    """(segments to delete, new log start offset) for one expiration run."""
     lg: Log = p.log
     cfg = lg.config
     doomed: dict[object, RemoteLogSegmentMetadata] = {}
-    live: list[RemoteLogSegmentMetadata] = []
-    entries = list(lg.epochs.entries)
+    live = _live(lg, segments)
+    live_ids = {md.remote_log_segment_id for md in live}
     for md in segments:
         key = md.remote_log_segment_id
         if md.state == _S.COPY_SEGMENT_STARTED and key.id not in p.copying:
             doomed[key] = md
         elif md.state == _S.DELETE_SEGMENT_STARTED:
             doomed[key] = md
-        elif md.state == _S.COPY_SEGMENT_FINISHED:
-            if md.end_offset < lg.log_start_offset:
-                doomed[key] = md
-            elif entries and not in_lineage(md, entries, lg.end_offset):
+        elif md.state == _S.COPY_SEGMENT_FINISHED and key not in live_ids:
+            if md.end_offset >= lg.log_start_offset:
                 log.info("remote segment is an orphan", segment=str(key),
                          epochs=md.segment_leader_epochs)
-                doomed[key] = md
-            else:
-                live.append(md)
-    live.sort(key=lambda m: m.start_offset)
+            doomed[key] = md
     new_start = -1
     retention_deleted = set()
     if cfg.retention_ms >= 0:
@@ -105,7 +164,16 @@ def choose_expired(p: TieredPartition, segments: list[RemoteLogSegmentMetadata],
         if md.remote_log_segment_id in retention_deleted:
             doomed[md.remote_log_segment_id] = md
             new_start = max(new_start, md.end_offset + 1)
+    survivors = [md for md in live if md.remote_log_segment_id not in retention_deleted]
+    new_start = max(new_start, _data_start(lg, survivors))
     return sorted(doomed.values(), key=lambda m: m.start_offset), new_start
+
+
+def _advance(p: TieredPartition, offset: int, why: str) -> None:
+    if offset > p.log.log_start_offset:
+        p.log.advance_log_start_offset(offset)
+        log.info(why, topic=p.tip.topic, partition=p.tip.partition,
+                 log_start_offset=p.log.log_start_offset)
 
 
 async def expire_segments(p: TieredPartition, svc: RemoteServices) -> int:
@@ -116,11 +184,8 @@ async def expire_segments(p: TieredPartition, svc: RemoteServices) -> int:
     """
     segments = list(svc.rlmm.list_remote_log_segments(p.tip))
     doomed, new_start = choose_expired(p, segments, svc.clock())
-    if new_start > p.log.log_start_offset:
-        # Move the start first: readers must not be sent to segments being deleted.
-        p.log.advance_log_start_offset(new_start)
-        log.info("log start offset moved by remote retention", topic=p.tip.topic,
-                 partition=p.tip.partition, log_start_offset=p.log.log_start_offset)
+    # Move the start first: readers must not be sent to segments being deleted.
+    _advance(p, new_start, "log start offset moved by remote expiration")
     deleted = 0
     for md in doomed:
         if p.cancelled:

@@ -41,16 +41,14 @@ from storage.log.log import Log
 from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, decode_entries
 from storage.remote import reader
 from storage.remote.backoff import Backoff
-from storage.remote.copier import copy_candidates, copy_segments, delete_remote_segment
-from storage.remote.expirer import expire_segments
+from storage.remote.copier import copy_candidates, copy_segments
+from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
-from storage.remote.metadata_cache import (
-    RemotePartitionDeleteMetadata,
-    RemotePartitionDeleteState,
-)
+from storage.remote.lineage import highest_remote_offset
 from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
+from storage.remote.remover import PartitionRemover, Removal
 from storage.remote.types import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -73,6 +71,10 @@ _TXN_INDEX_CACHE_SEGMENTS = 1024
 _RESULT_TTL_S = 30.0
 
 
+class RemovalPending(Exception):
+    """Tiering of a partition waits for the removal of its old remote data."""
+
+
 @dataclass(slots=True)
 class _Read:
     done: trio.Event
@@ -89,9 +91,10 @@ class RemoteLogManager:
         self._reads: dict[tuple[TopicPartition, int, int], _Read] = {}
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
-        self._removals: list[TopicIdPartition] = []
         self._txn_entries: OrderedDict[uuid.UUID, list[AbortedTxn]] = OrderedDict()
-        self._disabled: list[TopicIdPartition] = []
+        self.remover = PartitionRemover(services, self._topic_partition_removed)
+        # Follower partitions with tiering on: (tip, log), by topic-partition.
+        self.followers: dict[TopicPartition, tuple[TopicIdPartition, Log]] = {}
         # Called once a deleted partition's remote data is gone (the broker
         # clears its restart-safe record of the pending cleanup).
         self.on_partition_removed: Callable[[TopicIdPartition], Awaitable[None]] | None = None
@@ -120,97 +123,109 @@ class RemoteLogManager:
         return p
 
     async def _ensure_ready(self, p: TieredPartition) -> None:
-        """Catch the metadata up for ``p`` once, then restore its tiered state."""
+        """Catch the metadata up for ``p`` once, then restore its tiered state.
+
+        Raises:
+            RemovalPending: a removal of the partition's remote data (tiering
+                was disabled with delete) has not finished; nothing may be
+                copied until it has, or the removal would delete the copies.
+        """
         if p.ready:
             return
         await self.svc.rlmm.ensure_ready(p.tip)
+        if self.remover.is_pending(p.tip):
+            # Resumes a removal recorded before a restart (a no-op if queued).
+            self.remover.add(p.tip, Removal.TIERING_DISABLED)
+            raise RemovalPending(f"{p.tip}: deletion of the remote data of before tiering "
+                                 "was disabled has not finished")
         if not p.ready:
             self._restore(p)
             p.ready = True
 
     def _restore(self, p: TieredPartition) -> None:
-        """Highest tiered offset and (if unknown locally) the log start, from metadata."""
+        """Highest tiered offset (in this log's epoch lineage, so a new leader
+        resumes copying where the tier ends for it) and, if unknown locally,
+        the log start, from metadata."""
         finished = [m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
                     if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         if not finished:
             return
         p.log.highest_tiered_offset = max(p.log.highest_tiered_offset,
-                                          max(m.end_offset for m in finished))
-        earliest = min(m.start_offset for m in finished)
-        if p.log.log_start_offset < earliest and p.log.log_start_offset == 0:
-            p.log.log_start_offset = min(earliest, p.log.local_log_start_offset)
+                                          highest_remote_offset(self.svc.rlmm, p.tip, p.log))
+        sync_log_start(p, finished)
 
     def stop_partition(self, tp: TopicPartition) -> None:
+        self.followers.pop(tp, None)
         p = self.partitions.pop(tp, None)
         if p is not None:
             p.cancelled = True
 
-    def delete_partition(self, tip: TopicIdPartition) -> None:
-        """A deleted topic's partition: remove all its remote data in the background.
+    def follow_partition(self, tip: TopicIdPartition, lg: Log) -> None:
+        """A follower of a tiered partition: it reads the partition's remote
+        metadata, so it knows where the tier ends and local retention frees
+        the local segments at or below it (only the leader copies and expires)."""
+        tp = (tip.topic, tip.partition)
+        self.stop_partition(tp)
+        self.svc.rlmm.on_partition_leadership_changes([], [tip])
+        self.followers[tp] = (tip, lg)
 
-        DELETE_PARTITION_MARKED is recorded first, so a restart resumes the
-        removal; then DELETE_PARTITION_STARTED, every segment deleted,
-        DELETE_PARTITION_FINISHED. Failures are retried with backoff.
-        """
+    def _refresh_followers(self) -> None:
+        for tip, lg in list(self.followers.values()):
+            if not lg.config.remote_storage_enable or not self.svc.rlmm.is_ready(tip):
+                continue
+            try:
+                highest = highest_remote_offset(self.svc.rlmm, tip, lg)
+            except Exception as exc:
+                log.info("follower tier boundary unknown", partition=str(tip), error=str(exc))
+                continue
+            if highest > lg.highest_tiered_offset:
+                lg.highest_tiered_offset = highest
+
+    def delete_partition(self, tip: TopicIdPartition) -> None:
+        """A deleted topic's partition: remove all its remote data in the background
+        (see ``storage.remote.remover``); a restart resumes it from the broker's
+        record of deleted topics."""
         self.stop_partition((tip.topic, tip.partition))
         self.svc.rlmm.on_partition_leadership_changes([tip], [])
-        self._removals.append(tip)
+        self.remover.add(tip, Removal.TOPIC_DELETED)
         self.wake()
 
     def disable_partition(self, tip: TopicIdPartition, lg: Log) -> None:
         """Tiering turned off with remote.log.delete.on.disable (KIP-950).
 
-        Remote data is deleted in the background; the log starts at its
+        Remote data is deleted in the background under partition delete
+        markers, so a restart resumes it (``resume_disabled_partition``) and
+        tiering re-enabled meanwhile waits for it; the log starts at its
         local start from now on.
         """
         self.stop_partition((tip.topic, tip.partition))
         lg.highest_tiered_offset = -1
         lg.advance_log_start_offset(lg.local_log_start_offset)
-        self._disabled.append(tip)
+        self.svc.rlmm.on_partition_leadership_changes([tip], [])
+        self.remover.add(tip, Removal.TIERING_DISABLED)
         self.wake()
 
-    async def _delete_all_segments(self, tip: TopicIdPartition) -> int:
-        deleted = 0
-        for md in list(self.svc.rlmm.list_remote_log_segments(tip)):
-            await delete_remote_segment(self.svc, md)
-            deleted += 1
-        return deleted
+    def resume_disabled_partition(self, tip: TopicIdPartition, lg: Log) -> None:
+        """At start: a leader partition whose tiering is off with
+        remote.log.delete.on.disable; deletes what a removal interrupted by a
+        restart (or a crash before it was marked) left in the tier."""
+        if lg.config.remote_storage_enable:
+            return
+        self.svc.rlmm.on_partition_leadership_changes([tip], [])
+        self.remover.add(tip, Removal.TIERING_DISABLED)
+        self.wake()
 
-    async def _remove_partition(self, tip: TopicIdPartition) -> None:
-        rlmm = self.svc.rlmm
-        await rlmm.ensure_ready(tip)
-        state = rlmm.partition_delete_state(tip)
-        if state is None:
-            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED))
-            state = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-        deleted = 0
-        if state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
-            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED))
-            deleted = await self._delete_all_segments(tip)
-            await rlmm.put_remote_partition_delete_metadata(self._partition_delete_event(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED))
+    async def _topic_partition_removed(self, tip: TopicIdPartition) -> None:
         if self.on_partition_removed is not None:
             await self.on_partition_removed(tip)
-        log.info("remote partition deleted", partition=str(tip), segments=deleted)
-
-    def _partition_delete_event(self, tip: TopicIdPartition,
-                                state: RemotePartitionDeleteState) -> RemotePartitionDeleteMetadata:
-        return RemotePartitionDeleteMetadata(tip, state, self.svc.clock(), self.svc.node_id)
 
     async def _run_removals(self) -> None:
-        """Process deleted and disabled partitions; failed ones stay queued."""
-        for queue, job in ((self._removals, self._remove_partition),
-                           (self._disabled, self._delete_all_segments)):
-            pending, queue[:] = list(queue), []
-            for tip in pending:
-                try:
-                    await job(tip)
-                except Exception as exc:
-                    log.warning("remote partition cleanup failed; will retry",
-                                partition=str(tip), error=str(exc))
-                    queue.append(tip)
+        """Run the queued removals; stop following the metadata of partitions
+        that are gone from the tier and not tiered here."""
+        for tip in await self.remover.run_once():
+            tp = (tip.topic, tip.partition)
+            if tp not in self.partitions and tp not in self.followers:
+                self.svc.rlmm.on_stop_partitions([tip])
 
     def wake(self) -> None:
         """Run a cycle soon (new partition, config change, test hooks)."""
@@ -227,6 +242,7 @@ class RemoteLogManager:
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 await self._cycle_all()
+                self._refresh_followers()
                 await self._run_removals()
                 self._forget_old_reads()
 
@@ -238,6 +254,8 @@ class RemoteLogManager:
     async def _cycle(self, p: TieredPartition) -> None:
         try:
             await self._ensure_ready(p)
+        except RemovalPending:
+            return  # the removal runs after this cycle
         except Exception as exc:
             log.warning("remote metadata not ready", partition=str(p.tip), error=str(exc))
             return

@@ -311,6 +311,76 @@ def test_no_retention_without_delete_policy(env):
     assert lg.apply_retention(lg.end_offset) == 0
 
 
+# KIP-950 / KAFKA-17236: a tiered topic with remote.log.copy.disable=true
+# applies the total retention (retention.*) to its local segments, tiered or
+# not; local.retention.* only applies while copying is on.
+TIERED_COPY_OFF = {"segment_bytes": 400, "remote_storage_enable": True,
+                   "remote_copy_disable": True, "local_retention_bytes": 1,
+                   "local_retention_ms": 1}
+
+
+def test_copy_disabled_deletes_untiered_local_segments_by_retention_bytes(env):
+    lg = env.open(config={**TIERED_COPY_OFF, "retention_bytes": 1000})
+    fill(lg, 10)
+    lg.highest_tiered_offset = lg.segments[1].last_offset  # two segments were tiered
+    fill(lg, 30)  # copying is off: the rest is local only
+    before = list(lg.segments)
+    deleted = lg.apply_retention(high_watermark=lg.end_offset)
+    assert deleted > 2, "untiered local segments must go by retention.bytes"
+    assert lg.segments == before[deleted:]
+    assert lg.size - lg.segments[0].size < 1000 <= lg.size
+    # Local-only data was deleted: what the tier holds below it is no longer
+    # contiguous with the log, so the log starts at the first local offset.
+    assert lg.log_start_offset == lg.local_log_start_offset == lg.segments[0].base_offset
+    assert lg.apply_retention(lg.end_offset) == 0
+
+
+def test_copy_disabled_deletes_by_retention_ms_not_local_retention(env):
+    lg = env.open(config={**TIERED_COPY_OFF, "retention_ms": 10_000})
+    fill(lg, 10)  # offsets 0..19
+    lg.highest_tiered_offset = lg.segments[0].last_offset
+    env.clock.advance(6_000)
+    values = fill(lg, 10)  # offsets 20..39
+    # local.retention.ms=1 would delete the tiered segment; retention.ms keeps it.
+    assert lg.apply_retention(lg.end_offset) == 0
+    expired = [s for s in lg.segments if s.last_offset < 20]
+    env.clock.advance(5_000)
+    assert lg.apply_retention(lg.end_offset) == len(expired)
+    assert lg.log_start_offset == lg.segments[0].base_offset
+    assert [r.value for r in read_all(lg)][-20:] == values
+
+
+def test_copy_disabled_deleting_only_tiered_segments_keeps_the_log_start(env):
+    lg = env.open(config={**TIERED_COPY_OFF, "retention_ms": 10_000})
+    fill(lg, 10)
+    tiered = [s for s in lg.segments[:-1]]
+    lg.highest_tiered_offset = tiered[-1].last_offset
+    env.clock.advance(11_000)
+    fill(lg, 10)
+    assert lg.apply_retention(lg.end_offset) == len(tiered)
+    # The deleted segments are in the remote tier: the log still starts there.
+    assert lg.log_start_offset == 0
+    assert lg.local_log_start_offset == tiered[-1].last_offset + 1
+
+
+def test_copy_disabled_never_deletes_past_the_high_watermark(env):
+    lg = env.open(config={**TIERED_COPY_OFF, "retention_bytes": 0})
+    fill(lg, 20)
+    hw = lg.segments[2].base_offset + 1
+    lg.apply_retention(high_watermark=hw)
+    assert lg.segments[0].last_offset >= hw
+    assert lg.log_start_offset <= hw
+
+
+def test_copy_enabled_keeps_untiered_segments_whatever_retention_says(env):
+    lg = env.open(config={**TIERED_COPY_OFF, "remote_copy_disable": False,
+                          "retention_bytes": 0, "retention_ms": 0})
+    fill(lg, 20)
+    env.clock.advance(1_000)
+    assert lg.apply_retention(lg.end_offset) == 0
+    assert lg.log_start_offset == 0
+
+
 def test_delete_records(env):
     lg = env.open(config={"segment_bytes": 400})
     fill(lg, 20)

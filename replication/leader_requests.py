@@ -1,0 +1,106 @@
+"""Client requests one broker sends another's partition leader: Produce (a
+record batch, acks=all), Fetch (as a consumer, up to the high watermark) and
+ListOffsets (earliest / earliest-local with the leader's epoch).
+
+Used where a broker needs a partition it does not lead: the remote log
+metadata manager writing and reading ``__remote_log_metadata``, and a
+follower rebuilding its state from the remote tier.
+
+Error handling: a partition-level error code comes back as ``KafkaApiError``
+(with that code); a connection failure as ``PeerError``. Both are
+retriable for the callers here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from protocol.errors import ErrorCode, KafkaApiError
+from replication.peer import Peer
+
+ACKS_ALL = -1
+# Produce v9: flexible, topic names (v13 switches to ids).
+PRODUCE_VERSION = 9
+# Fetch v12: topic names, high watermark and log start in each answer.
+FETCH_VERSION = 12
+# ListOffsets v9: timestamps -4 (earliest local) and -5 (latest tiered).
+LIST_OFFSETS_VERSION = 9
+CONSUMER_REPLICA_ID = -1
+NO_EPOCH = -1
+
+
+def _raise_for(code: int, what: str) -> None:
+    if code:
+        try:
+            error = ErrorCode(code)
+        except ValueError:
+            error = ErrorCode.UNKNOWN_SERVER_ERROR
+        raise KafkaApiError(error, f"{what}: {error.name}")
+
+
+async def produce(peer: Peer, topic: str, partition: int, batch: bytes,
+                  timeout_ms: int) -> int:
+    """Append ``batch`` on the leader with acks=all; returns its base offset."""
+    req = ProduceRequest[PRODUCE_VERSION]
+    topic_cls = req.TopicProduceData
+    body = req(transactional_id=None, acks=ACKS_ALL, timeout_ms=timeout_ms, topic_data=[
+        topic_cls(name=topic, partition_data=[
+            topic_cls.PartitionProduceData(index=partition, records=batch)])])
+    resp = await peer.request(ProduceRequest, ProduceResponse, PRODUCE_VERSION, body,
+                              timeout_s=timeout_ms / 1000 + 5)
+    for t in resp.responses:
+        for p in t.partition_responses:
+            if p.index == partition:
+                _raise_for(p.error_code, f"produce to {topic}-{partition}")
+                return int(p.base_offset)
+    raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")
+
+
+async def fetch(peer: Peer, topic: str, partition: int, offset: int, max_bytes: int,
+                replica_id: int = CONSUMER_REPLICA_ID) -> tuple[bytes, int]:
+    """Read committed batches from ``offset``; (record bytes, high watermark)."""
+    req = FetchRequest[FETCH_VERSION]
+    topic_cls = req.FetchTopic
+    body = req(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+               isolation_level=0, session_id=0, session_epoch=-1,
+               topics=[topic_cls(topic=topic, partitions=[topic_cls.FetchPartition(
+                   partition=partition, current_leader_epoch=NO_EPOCH, fetch_offset=offset,
+                   last_fetched_epoch=NO_EPOCH, log_start_offset=-1,
+                   partition_max_bytes=max_bytes)])],
+               forgotten_topics_data=[], rack_id="")
+    resp = await peer.request(FetchRequest, FetchResponse, FETCH_VERSION, body)
+    _raise_for(resp.error_code, f"fetch {topic}-{partition}")
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.partition_index == partition:
+                _raise_for(p.error_code, f"fetch {topic}-{partition}")
+                return bytes(p.records or b""), int(p.high_watermark)
+    raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")
+
+
+async def list_offset(peer: Peer, topic: str, partition: int, timestamp: int,
+                      current_leader_epoch: int = NO_EPOCH,
+                      replica_id: int = CONSUMER_REPLICA_ID) -> tuple[int, int]:
+    """ListOffsets for one partition; (offset, leader epoch)."""
+    topic_cls = ListOffsetsRequest.ListOffsetsTopic
+    body = ListOffsetsRequest[LIST_OFFSETS_VERSION](
+        replica_id=replica_id, isolation_level=0, topics=[topic_cls(name=topic, partitions=[
+            topic_cls.ListOffsetsPartition(partition_index=partition,
+                                           current_leader_epoch=current_leader_epoch,
+                                           timestamp=timestamp)])])
+    resp: Any = await peer.request(ListOffsetsRequest, ListOffsetsResponse,
+                                   LIST_OFFSETS_VERSION, body)
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.partition_index == partition:
+                _raise_for(p.error_code, f"list offsets of {topic}-{partition}")
+                return int(p.offset), int(p.leader_epoch)
+    raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")

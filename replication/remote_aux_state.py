@@ -1,0 +1,146 @@
+"""BuildingRemoteLogAuxState: a follower below its leader's local log start
+rebuilds from the remote tier instead of replicating the whole log (KIP-405,
+"Follower Replication").
+
+When the leader answers a fetch with OFFSET_MOVED_TO_TIERED_STORAGE, the
+offsets the follower needs exist only in the remote tier. The follower then:
+
+1. asks the leader (ListOffsets, as a replica) for its earliest local offset
+   L with its leader epoch (-4) and its log start (-2);
+2. waits until its own remote log metadata (it follows ``__remote_log_metadata``
+   for the partitions it replicates) has the finished remote segment holding
+   L - 1, in the leader's epoch lineage;
+3. fetches that segment's leader-epoch checkpoint and producer snapshot from
+   the remote storage manager;
+4. empties its log and restarts it after that segment (at its end offset + 1,
+   which is L, or later if the leader still has that segment locally too),
+   with the epochs and producer state of everything below, and the leader's
+   log start; then it fetches the local tail from the leader.
+
+Steps 1-3 (``prepare``) only read, and run as their own task, so one slow or
+failing remote store never stalls the other partitions of the same fetcher;
+step 4 (``apply``) changes the log, synchronously, and only if the partition
+still follows the same leader in the same epoch.
+
+Error handling: every failure of ``prepare`` (leader unreachable or moved,
+metadata not caught up, segment not found yet, storage errors) raises; the
+fetcher counts it, backs off and tries again with the next fetch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.errors import ErrorCode, KafkaApiError
+from replication import leader_requests
+from replication.list_offsets import EARLIEST, EARLIEST_LOCAL
+from replication.peer import Peer
+from storage.log import checkpoint, producer_snapshot
+from storage.log.manager import TopicPartition
+from storage.log.producer_snapshot import SnapshotEntry
+from storage.remote.types import (
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
+    TopicIdPartition,
+)
+
+if TYPE_CHECKING:
+    from replication.replica_manager import ReplicaManager
+
+
+class AuxStateNotReady(Exception):
+    """The remote tier cannot rebuild this follower yet (retriable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuxState:
+    """What ``apply`` installs: the log restarts at ``next_offset``."""
+
+    log_start: int
+    next_offset: int
+    epochs: list[tuple[int, int]]
+    producers: list[SnapshotEntry]
+    segment: RemoteLogSegmentMetadata
+
+
+def _epoch_at(md: RemoteLogSegmentMetadata, offset: int) -> int:
+    """The leader epoch of ``offset`` within segment ``md``."""
+    return max(e for e, start in md.segment_leader_epochs.items() if start <= offset)
+
+
+def segment_holding(segments: list[RemoteLogSegmentMetadata], offset: int,
+                    max_epoch: int) -> RemoteLogSegmentMetadata | None:
+    """The finished segment holding ``offset`` in the lineage of a leader whose
+    epoch at the next offset is ``max_epoch``: of the copies holding it, the one
+    whose epoch there is highest without exceeding ``max_epoch``."""
+    best: RemoteLogSegmentMetadata | None = None
+    for md in segments:
+        if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            continue
+        if not md.start_offset <= offset <= md.end_offset:
+            continue
+        epoch = _epoch_at(md, offset)
+        if epoch > max_epoch:
+            continue
+        if best is None or epoch > _epoch_at(best, offset):
+            best = md
+    return best
+
+
+async def prepare(replicas: ReplicaManager, leader: Peer, tp: TopicPartition,
+                  leader_epoch: int, node_id: int) -> AuxState:
+    """Steps 1-3: everything needed to restart the follower's log.
+
+    Raises:
+        AuxStateNotReady, KafkaApiError, PeerError, RemoteStorageError,
+        MetadataNotReady: not possible now; retry later.
+    """
+    remote = replicas.remote
+    if remote is None:
+        raise AuxStateNotReady("tiered storage is off on this broker")
+    part = replicas.partition(tp)
+    tip = TopicIdPartition(part.topic_id, tp[0], tp[1])  # type: ignore[arg-type]
+    local_start, local_epoch = await leader_requests.list_offset(
+        leader, tp[0], tp[1], EARLIEST_LOCAL, leader_epoch, node_id)
+    log_start, _ = await leader_requests.list_offset(leader, tp[0], tp[1], EARLIEST,
+                                                     leader_epoch, node_id)
+    if local_start <= log_start:
+        raise AuxStateNotReady(f"the leader has no tiered data below {local_start}")
+    remote.follow_partition(tip, part.log)
+    rlmm = remote.svc.rlmm
+    await rlmm.ensure_ready(tip)
+    target = local_start - 1
+    md = segment_holding(rlmm.list_remote_log_segments(tip), target,
+                         local_epoch if local_epoch >= 0 else leader_epoch)
+    if md is None:
+        raise AuxStateNotReady(f"no finished remote segment holds offset {target} yet")
+    svc = remote.svc
+    raw = await trio.to_thread.run_sync(svc.rsm.fetch_index, md, IndexType.LEADER_EPOCH,
+                                        limiter=svc.reader_limiter)
+    epochs = checkpoint.parse_epochs(raw.decode("utf-8", "replace"))
+    if epochs is None:
+        raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                            f"unreadable leader-epoch checkpoint of {md.remote_log_segment_id}")
+    try:
+        snap = await trio.to_thread.run_sync(svc.rsm.fetch_index, md,
+                                             IndexType.PRODUCER_SNAPSHOT,
+                                             limiter=svc.reader_limiter)
+        producers = producer_snapshot.decode(snap) if snap else []
+    except RemoteResourceNotFoundError:
+        producers = []  # the segment had no producers
+    return AuxState(log_start, md.end_offset + 1, epochs, producers, md)
+
+
+def apply(replicas: ReplicaManager, tp: TopicPartition, state: AuxState) -> int:
+    """Step 4: restart the follower's log after the remote segment; returns
+    the offset to fetch from."""
+    part = replicas.partition(tp)
+    part.log.reset_from_remote(state.log_start, state.next_offset, state.epochs,
+                               state.producers)
+    part.high_watermark = state.next_offset
+    return state.next_offset

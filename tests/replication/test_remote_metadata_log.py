@@ -1,0 +1,28 @@
+"""``__remote_log_metadata`` on one broker: a record is on disk (fsynced)
+before ``append`` returns, since the copier deletes local data on its strength
+(issue 8, data-safety bug 4: a metadata tail lost to a power loss would leave
+offsets nowhere)."""
+
+from __future__ import annotations
+
+from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
+from replication.local_admin import open_single_node
+from replication.remote_metadata_log import ReplicaMetadataLog
+from tests.coordinator.conftest import make_config
+
+
+async def test_append_returns_only_once_the_record_is_fsynced(tmp_path):
+    config = make_config(tmp_path)  # default flush policy: never by message count
+    node = open_single_node(config)  # the real clock: records carry real timestamps
+    topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, 2, 1, {"cleanup.policy": "delete"},
+                          node.admin, node.metadata, node.replicas)
+    metadata_log = ReplicaMetadataLog(topic)
+    assert await metadata_log.ensure_topic(2) == 2
+    lg = node.replicas.partition((REMOTE_LOG_METADATA_TOPIC, 1)).log
+    for n in range(3):
+        offset = await metadata_log.append(1, f"record-{n}".encode())
+        assert offset == n
+        # The recovery point is what the log has fsynced: it covers the record.
+        assert lg.recovery_point > offset
+    assert [v for _, v in await metadata_log.read(1, 0, 1 << 20)] == \
+        [b"record-0", b"record-1", b"record-2"]
