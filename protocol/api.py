@@ -63,6 +63,11 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
         _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
         _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
+        # KIP-455 partition reassignment (cluster mode: the controller takes them).
+        _spec(admin.AlterPartitionReassignmentsRequest,
+              admin.AlterPartitionReassignmentsResponse, 0, 0),
+        _spec(admin.ListPartitionReassignmentsRequest,
+              admin.ListPartitionReassignmentsResponse, 0, 0),
         _spec(producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 5),
         # Classic consumer groups (broker/handlers/groups.py, offsets.py).
         _spec(metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 1, 6),

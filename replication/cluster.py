@@ -180,6 +180,7 @@ class ClusterNode:
         if state.leader == self.node_id:
             if same_epoch and part is not None and part.is_leader(self.node_id):
                 part.partition_epoch = state.partition_epoch
+                part.replicas = list(state.replicas)  # a reassignment may change them
                 self.replicas.update_isr(tp, state.isr)
                 return ErrorCode.NONE
             self.fetchers.unfollow(tp)
@@ -191,6 +192,7 @@ class ClusterNode:
             if same_epoch and part is not None and part.leader_id == state.leader \
                     and tp in self.fetchers.assigned:
                 part.isr = list(state.isr)
+                part.replicas = list(state.replicas)
                 part.partition_epoch = state.partition_epoch
                 return ErrorCode.NONE
             was_leader = part is not None and part.is_leader(self.node_id)
@@ -251,10 +253,13 @@ class ClusterNode:
             was_leader = p is not None and p.is_leader(self.node_id)
             tiered = p is not None and p.log.config.remote_storage_enable
             await self.replicas.stop_replica(tp, delete)
-            if delete and tiered and p is not None and self.replicas.remote is not None:
-                # A deleted topic's remote data: every replica asks (the metadata's
-                # partition-delete states make the work happen once); it survives
-                # restarts through DELETE_PARTITION_MARKED.
+            if (delete and tiered and p is not None and self.replicas.remote is not None
+                    and self.metadata.topic(tp[0]) is None):
+                # A deleted topic's remote data (the controller's UpdateMetadata
+                # dropped the topic first; a replica removed by a reassignment
+                # keeps the shared tier untouched): every replica asks (the
+                # metadata's partition-delete states make the work happen once); it
+                # survives restarts through DELETE_PARTITION_MARKED.
                 self.replicas.remote.delete_partition(
                     TopicIdPartition(p.topic_id, tp[0], tp[1]))  # type: ignore[arg-type]
             if was_leader:

@@ -44,11 +44,13 @@ import structlog
 import trio
 
 from config import BrokerConfig
+from protocol.errors import ErrorCode
 from replication import elections
 from replication.controller_channel import ControllerChannel
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint
 from replication.metrics import ControllerStats
+from replication.reassignment import Reassigner, Reassignment
 from replication.zookeeper import RegisteredBroker, ZkClient
 
 log = structlog.get_logger(__name__)
@@ -99,6 +101,7 @@ class Controller:
         self.active = False
         self.lock = trio.Lock()
         self.stats = ControllerStats()
+        self.reassigner = Reassigner(self)
         channel.resync = self._resync
 
     def _resync(self, broker: int) -> None:
@@ -124,6 +127,7 @@ class Controller:
         async with trio.open_nursery() as nursery:
             async with self.lock:
                 self.ctx = ControllerContext(epoch=await self.zk.increment_controller_epoch())
+                self.reassigner = Reassigner(self)
                 self.active = True
                 log.info("became controller", node_id=self.node_id, epoch=self.ctx.epoch)
                 await self._load()
@@ -233,6 +237,14 @@ class Controller:
             log.info("leader elected", topic=tp[0], partition=tp[1], leader=new.leader,
                      leader_epoch=new.leader_epoch, isr=list(new.isr))
         return True
+
+    async def write_state(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
+        """Compare-and-set a partition's state (for ``reassignment``)."""
+        return await self._write(tp, new)
+
+    def announce_partitions(self, changed: list[TopicPartition]) -> None:
+        """LeaderAndIsr to the replicas of ``changed``, UpdateMetadata to all."""
+        self._announce(changed)
 
     def _replica_partitions(self, broker: int) -> list[TopicPartition]:
         return [tp for tp, replicas in self.ctx.assignments.items() if broker in replicas]
@@ -366,7 +378,26 @@ class Controller:
                 return "INVALID_UPDATE_VERSION", self.ctx.states.get(tp)
             log.info("isr changed", topic=tp[0], partition=tp[1], old=list(state.isr), new=isr)
             self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), [tp])
+            await self.reassigner.maybe_complete(tp)
             return "", self.ctx.states[tp]
+
+    # -- reassignments (KIP-455) --------------------------------------------------
+
+    async def alter_reassignments(self, wanted: list[tuple[TopicPartition, list[int] | None]]
+                                  ) -> list[tuple[ErrorCode, str | None]] | None:
+        """Start or cancel reassignments; None if this broker is not the controller."""
+        async with self.lock:
+            if not self.active:
+                return None
+            return [await self.reassigner.alter(tp, target) for tp, target in wanted]
+
+    async def list_reassignments(self, wanted: set[TopicPartition] | None
+                                 ) -> list[tuple[TopicPartition, Reassignment, list[int]]] | None:
+        """Reassignments in progress; None if this broker is not the controller."""
+        async with self.lock:
+            if not self.active:
+                return None
+            return self.reassigner.ongoing(wanted)
 
     async def controlled_shutdown(self, broker: int, broker_epoch: int
                                   ) -> tuple[str, list[TopicPartition]]:

@@ -70,7 +70,8 @@ class LocalTopicAdmin:
     # -- TopicAdmin ---------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str], internal: bool = False) -> TopicInfo:
+                           configs: dict[str, str], internal: bool = False,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         TopicConfigs(self.config, configs)  # raises ConfigError before anything is written
         info = await self.store.create_topic(name, partitions, configs, internal)
         self._apply(info)

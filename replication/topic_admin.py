@@ -23,8 +23,10 @@ from replication.metadata import TopicInfo
 
 class TopicAdmin(Protocol):
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str], internal: bool = False) -> TopicInfo:
-        """Create a topic with a fresh topic id.
+                           configs: dict[str, str], internal: bool = False,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+        """Create a topic with a fresh topic id (``assignment``: the replicas of
+        each partition as the client chose them; else the broker places them).
 
         Raises:
             KafkaApiError: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,

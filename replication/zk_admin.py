@@ -47,7 +47,8 @@ class ZkTopicAdmin:
         self._pid_lock = trio.Lock()
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str], internal: bool = False) -> TopicInfo:
+                           configs: dict[str, str], internal: bool = False,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         validate_topic_name(name)
         TopicConfigs(self.config, configs)
         live = [b.node_id for b in self.metadata.brokers()]
@@ -65,8 +66,9 @@ class ZkTopicAdmin:
                 raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                     f"topic {name!r} collides with existing topic {other!r}")
         topic_id = uuid.uuid4()
-        assignment = assign_replicas(live, partitions, replication_factor,
-                                     seed=random.randrange(1 << 30))
+        if assignment is None:
+            assignment = assign_replicas(live, partitions, replication_factor,
+                                         seed=random.randrange(1 << 30))
         await self.zk.set_topic_config(name, configs)
         if not await self.zk.create_topic_assignment(name, topic_id, assignment):
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")

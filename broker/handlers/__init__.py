@@ -26,6 +26,7 @@ from broker.handlers import (
     metadata,
     offsets,
     produce,
+    reassignments,
     transactions,
 )
 from protocol.api import RequestHeader
@@ -35,5 +36,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions, inter_broker):
+                transactions, inter_broker, reassignments):
     HANDLERS.update(_module.HANDLERS)

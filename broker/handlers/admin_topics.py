@@ -56,6 +56,10 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
             raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                 "Partitions must be numbered consecutively from 0")
         partitions, rf = len(indexes), len(t.assignments[0].broker_ids)
+        if any(len(a.broker_ids) != rf or len(set(a.broker_ids)) != rf
+               for a in t.assignments):
+            raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                "All partitions need the same number of distinct replicas")
     if partitions == -1:
         partitions = ctx.config["num.partitions"]
     if rf == -1:
@@ -95,8 +99,10 @@ async def handle_create_topics(ctx: BrokerContext, header: RequestHeader, req: A
             partitions, rf, configs = _validate_create(ctx, t)
             topic_id = None
             if not req.validate_only:
-                topic_id = (await ctx.admin.create_topic(t.name, partitions, rf,
-                                                         configs)).topic_id
+                assignment = ({a.partition_index: list(a.broker_ids) for a in t.assignments}
+                              if t.assignments else None)
+                topic_id = (await ctx.admin.create_topic(t.name, partitions, rf, configs,
+                                                         assignment=assignment)).topic_id
             described = describe_topic_configs(ctx, TopicConfigs(ctx.config, configs), None)
             results.append(result_cls(
                 name=t.name, topic_id=topic_id, error_code=0, error_message=None,

@@ -171,3 +171,62 @@ def test_a_new_leader_resumes_copying_where_the_tier_ends(cluster: Cluster, topi
     wait_for("the new records tiered by the new leader, each segment once", tiered_once)
     live = ",".join(cluster.bootstrap())
     assert read_from(live, topic, 30)[:30] == list(enumerate(first + second))
+
+
+def test_reassignment_adds_a_replica_that_builds_from_the_tier(cluster: Cluster, topic: str,
+                                                               tmp_path: Path) -> None:
+    """AlterPartitionReassignments raises the replication factor of a tiered topic:
+    the new replica builds from the tier, not from offset 0; moving the partition
+    off a broker then drops that broker's copy and leaves the tier alone."""
+    from kafka.admin import NewTopic
+
+    tier = FsTier(tmp_path / "remote")
+    cluster.start(tiered_config(tier.root))
+    admin = cluster.admin()
+    try:
+        admin.create_topics([NewTopic(topic, replica_assignments={0: [1, 2]}, topic_configs={
+            "remote.storage.enable": "true", "segment.bytes": ONE_BATCH_PER_SEGMENT,
+            "local.retention.bytes": "1"})])
+    finally:
+        admin.close()
+    wait_for("the topic led", lambda: cluster.partitions(topic)[0]["leader"] in (1, 2))
+    values = [f"r{i}".encode() for i in range(RECORDS)]
+    assert produce(cluster, topic, values) == list(range(RECORDS))
+    wait_for("the records tiered", lambda: len(tier.log_objects(topic)) >= RECORDS - 1)
+
+    def reassign(replicas: list[int]) -> None:
+        admin = cluster.admin()
+        try:
+            answer = admin.alter_partition_reassignments({TopicPartition(topic, 0): replicas})
+            assert all(error is None for error in answer.values()), answer
+            wait_for("the reassignment done", lambda: not admin.list_partition_reassignments())
+        finally:
+            admin.close()
+
+    # Bad input: Kafka's error per partition, nothing changes.
+    admin = cluster.admin()
+    try:
+        answer = admin.alter_partition_reassignments({
+            TopicPartition(topic, 0): [1, 1], TopicPartition(topic, 7): [1, 2]})
+        assert {tp.partition: err.__name__ for tp, err in answer.items()} == {
+            0: "InvalidReplicationAssignmentError", 7: "UnknownTopicOrPartitionError"}
+        answer = admin.alter_partition_reassignments({TopicPartition(topic, 0): None})
+        assert [err.__name__ for err in answer.values()] == ["NoReassignmentInProgressError"]
+    finally:
+        admin.close()
+    assert sorted(cluster.partitions(topic)[0]["replicas"]) == [1, 2]
+
+    reassign([1, 2, 3])
+    wait_for("broker 3 in the ISR", lambda: cluster.partitions(topic)[0]["isr"] == [1, 2, 3])
+    assert sorted(cluster.partitions(topic)[0]["replicas"]) == [1, 2, 3]
+    bases = local_bases(cluster, 3, topic)
+    assert bases and bases[0] >= RECORDS - 3, bases  # built from the tier, not offset 0
+
+    reassign([2, 3])
+    wait_for("broker 1 dropped", lambda: cluster.partitions(topic)[0]["replicas"] == [2, 3]
+             and not (cluster.brokers[1].workdir / "data" / f"{topic}-0").exists())
+    assert len(tier.log_objects(topic)) >= RECORDS - 1  # the tier is the topic's, untouched
+    cluster.brokers[2].kill()
+    wait_for("broker 3 leads", lambda: cluster.partitions(topic, 3)[0]["leader"] == 3)
+    got = read_from(cluster.brokers[3].bootstrap, topic, RECORDS)
+    assert got[:RECORDS] == list(enumerate(values))

@@ -1,0 +1,163 @@
+"""Partition reassignment (KIP-455, AlterPartitionReassignments), run by the
+controller.
+
+Theory of operation, as Kafka's ZooKeeper-mode controller does it: to move
+a partition from its original replicas (ORS) to a target set (TRS), the
+controller first widens the replica set to RS = TRS + (ORS - TRS), writes it
+to the topic's assignment and tells every replica (LeaderAndIsr): the adding
+replicas (TRS - ORS) start as followers, and, on a tiered topic, build from
+the remote tier rather than from offset 0 (BuildingRemoteLogAuxState). When
+the leader's ISR contains all of TRS (its AlterPartition says so), the
+reassignment completes: if the leader is not in TRS a new one is elected from
+TRS within the ISR, the ISR is narrowed to TRS, the assignment becomes TRS, and
+the removing replicas (ORS - TRS) get StopReplica with delete (their local
+copy only: the topic stays, so its remote data stays).
+
+A cancellation (null replicas) puts the original replica set back.
+
+The state of a reassignment in progress lives in the acting controller's
+memory (``reassigning``); a controller failover in the middle leaves the
+partition on the widened replica set RS, which is safe (more replicas than
+asked), and the operator can submit the reassignment again.
+
+Error handling: requests are answered with Kafka's codes per partition
+(UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT,
+NO_REASSIGNMENT_IN_PROGRESS); a failed compare-and-set is retried at the
+next ISR change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from protocol.errors import ErrorCode
+from replication.elections import LeaderAndIsr
+
+if TYPE_CHECKING:
+    from replication.controller import Controller
+
+log = structlog.get_logger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    original: tuple[int, ...]
+    target: tuple[int, ...]
+
+    @property
+    def adding(self) -> list[int]:
+        return [r for r in self.target if r not in self.original]
+
+    @property
+    def removing(self) -> list[int]:
+        return [r for r in self.original if r not in self.target]
+
+    @property
+    def replicas(self) -> list[int]:
+        """The widened set while moving: the target first (its head is preferred)."""
+        return [*self.target, *self.removing]
+
+
+class Reassigner:
+    """The controller's reassignments. Call with the controller's lock held."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.reassigning: dict[TopicPartition, Reassignment] = {}
+
+    async def alter(self, tp: TopicPartition, target: list[int] | None
+                    ) -> tuple[ErrorCode, str | None]:
+        """Start (``target``) or cancel (None) the reassignment of ``tp``."""
+        ctx = self.controller.ctx
+        if tp not in ctx.assignments or tp not in ctx.states:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} does not exist"
+        if target is None:
+            return await self._cancel(tp)
+        if not target or len(set(target)) != len(target):
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replicas must be distinct, not empty"
+        unknown = [r for r in target if r not in ctx.brokers]
+        if unknown:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown or offline brokers {unknown}"
+        ongoing = self.reassigning.get(tp)
+        original = ongoing.original if ongoing else tuple(ctx.assignments[tp])
+        move = Reassignment(original, tuple(target))
+        if list(move.target) == list(original) and ongoing is None:
+            return ErrorCode.NONE, None
+        self.reassigning[tp] = move
+        await self._set_replicas(tp, move.replicas)
+        log.info("reassignment started", topic=tp[0], partition=tp[1],
+                 original=list(original), target=target, adding=move.adding,
+                 removing=move.removing)
+        self.controller.announce_partitions([tp])
+        await self.maybe_complete(tp)
+        return ErrorCode.NONE, None
+
+    async def _cancel(self, tp: TopicPartition) -> tuple[ErrorCode, str | None]:
+        move = self.reassigning.pop(tp, None)
+        if move is None:
+            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
+        back = Reassignment(tuple(self.controller.ctx.assignments[tp]), move.original)
+        log.info("reassignment cancelled", topic=tp[0], partition=tp[1],
+                 replicas=list(move.original))
+        await self._finish(tp, back)
+        return ErrorCode.NONE, None
+
+    async def maybe_complete(self, tp: TopicPartition) -> None:
+        """Complete ``tp``'s reassignment once its ISR holds the whole target."""
+        move = self.reassigning.get(tp)
+        state = self.controller.ctx.states.get(tp)
+        if move is None or state is None or not set(move.target) <= set(state.isr):
+            return
+        if await self._finish(tp, move):
+            del self.reassigning[tp]
+            log.info("reassignment completed", topic=tp[0], partition=tp[1],
+                     replicas=list(move.target))
+
+    async def _finish(self, tp: TopicPartition, move: Reassignment) -> bool:
+        """Narrow ``tp`` to ``move.target``: leader from it, ISR within it,
+        StopReplica (delete) to the replicas it drops."""
+        ctrl = self.controller
+        ctx = ctrl.ctx
+        state = ctx.states[tp]
+        isr = [r for r in state.isr if r in move.target]
+        leader = state.leader
+        if leader not in move.target or leader not in ctx.live:
+            live = [r for r in move.target if r in isr and r in ctx.live]
+            if not live:
+                return False  # wait: no replica of the target can lead yet
+            leader = live[0]
+        new = LeaderAndIsr(leader, state.leader_epoch + 1, tuple(isr) or (leader,),
+                           ctx.epoch, state.version)
+        if not await ctrl.write_state(tp, new):
+            return False
+        dropped = [r for r in ctx.assignments[tp] if r not in move.target]
+        await self._set_replicas(tp, list(move.target))
+        ctrl.announce_partitions([tp])
+        for broker in dropped:
+            if broker in ctx.brokers:
+                ctrl.channel.send_stop_replica(ctx, broker, [tp], delete=True)
+        return True
+
+    async def _set_replicas(self, tp: TopicPartition, replicas: list[int]) -> None:
+        """Write ``tp``'s replica list into its topic's assignment."""
+        ctrl = self.controller
+        assignment = await ctrl.zk.get_topic_assignment(tp[0])
+        if assignment is None:
+            return
+        partitions = dict(assignment.partitions)
+        partitions[tp[1]] = list(replicas)
+        await ctrl.zk.set_topic_assignment(tp[0], assignment.topic_id, partitions)
+        ctrl.ctx.assignments[tp] = list(replicas)
+
+    def ongoing(self, wanted: set[TopicPartition] | None
+                ) -> list[tuple[TopicPartition, Reassignment, list[int]]]:
+        """Reassignments in progress (of ``wanted``, or all): (tp, move, replicas now)."""
+        ctx = self.controller.ctx
+        return [(tp, move, list(ctx.assignments.get(tp, [])))
+                for tp, move in sorted(self.reassigning.items())
+                if wanted is None or tp in wanted]
