@@ -102,6 +102,14 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config, clock)
         self._load_segments(recovery_point, clean_shutdown)
+        if not self.epochs.entries and any(not seg.is_empty for seg in self.segments):
+            # A missing or corrupt leader-epoch-checkpoint: rebuild it from the
+            # batches on disk (a tiered log's remote part comes back from the
+            # remote metadata when tiering resumes, ``RemoteLogManager._restore``).
+            log.warning("leader-epoch-checkpoint missing or unreadable; rebuilding it from "
+                        "the segments", topic=topic, partition=partition)
+            for seg in self.segments:
+                self._rebuild_epochs_from(seg)
         if not self.segments:
             self._add_segment(max(log_start_offset, 0))
         first_local = self.segments[0].base_offset

@@ -90,9 +90,17 @@ def in_lineage(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_end_offs
     return md.end_offset < log_end_offset
 
 
-def _in_history(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_end_offset: int) -> bool:
-    """``in_lineage``, except that a log without epochs (nothing to compare) keeps all."""
-    return not entries or in_lineage(md, entries, log_end_offset)
+def _in_history(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_start_offset: int,
+                log_end_offset: int) -> bool:
+    """``in_lineage``, except that what the cache cannot judge is kept: a log
+    without epochs, and segments below the cache's first epoch when the cache
+    does not reach back to the log start (a lost or corrupt
+    leader-epoch-checkpoint rebuilt from local segments only)."""
+    if not entries:
+        return True
+    if entries[0][1] > log_start_offset and md.end_offset < entries[0][1]:
+        return True
+    return in_lineage(md, entries, log_end_offset)
 
 
 def _data_start(lg: Log, live: list[RemoteLogSegmentMetadata]) -> int:
@@ -107,7 +115,7 @@ def _live(lg: Log, segments: Iterable[RemoteLogSegmentMetadata]) -> list[RemoteL
     return sorted((md for md in segments
                    if md.state == _S.COPY_SEGMENT_FINISHED
                    and md.end_offset >= lg.log_start_offset
-                   and _in_history(md, entries, lg.end_offset)),
+                   and _in_history(md, entries, lg.log_start_offset, lg.end_offset)),
                   key=lambda m: m.start_offset)
 
 

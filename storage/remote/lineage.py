@@ -16,7 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from storage.log.log import Log
-from storage.remote.types import TopicIdPartition
+from storage.remote.types import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 
 NONE_TIERED = -1
 
@@ -37,3 +41,44 @@ def highest_remote_offset(rlmm: Any, tip: TopicIdPartition, lg: Log) -> int:
         epoch_end = entries[i + 1][1] - 1 if i + 1 < len(entries) else lg.end_offset - 1
         return min(remote_end, epoch_end)
     return NONE_TIERED
+
+
+def remote_epochs_below(segments: list[RemoteLogSegmentMetadata],
+                        before: int) -> list[tuple[int, int]]:
+    """Leader-epoch entries (epoch, start offset) of the finished remote
+    segments' data below ``before``, in offset order: what a lost
+    leader-epoch-checkpoint knew about the tiered part of the log. Where copies
+    overlap (a divergent leader's), the copy with the later epochs wins."""
+    chosen: list[RemoteLogSegmentMetadata] = []
+    finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                and m.start_offset < before]
+    for md in sorted(finished, key=lambda m: (m.start_offset, -max(m.segment_leader_epochs))):
+        if chosen and md.start_offset <= chosen[-1].end_offset:
+            continue
+        chosen.append(md)
+    out: list[tuple[int, int]] = []
+    for md in chosen:
+        for epoch, start in sorted(md.segment_leader_epochs.items(), key=lambda e: e[1]):
+            if start >= before or (out and epoch <= out[-1][0]):
+                continue
+            out.append((epoch, start))
+    return out
+
+
+def restore_remote_epochs(segments: list[RemoteLogSegmentMetadata], lg: Log) -> bool:
+    """Put the tiered part back in front of an epoch cache that does not reach
+    back to the log start; True if anything was added."""
+    entries = lg.epochs.entries
+    before = entries[0][1] if entries else lg.end_offset
+    if entries and before <= lg.log_start_offset:
+        return False
+    first_epoch = entries[0][0] if entries else None
+    remote = [(e, o) for e, o in remote_epochs_below(segments, before)
+              if first_epoch is None or e <= first_epoch]
+    if not remote:
+        return False
+    local = list(entries)
+    if local and remote[-1][0] == local[0][0]:
+        local.pop(0)  # the same epoch began in the tiered part: keep its real start
+    lg.epochs.replace(remote + local)
+    return True

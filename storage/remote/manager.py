@@ -44,7 +44,7 @@ from storage.remote.backoff import Backoff
 from storage.remote.copier import copy_candidates, copy_segments
 from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
-from storage.remote.lineage import highest_remote_offset
+from storage.remote.lineage import highest_remote_offset, restore_remote_epochs
 from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
@@ -150,6 +150,9 @@ class RemoteLogManager:
                     if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         if not finished:
             return
+        if restore_remote_epochs(finished, p.log):
+            log.warning("leader epochs of the tiered data restored from the remote metadata",
+                        partition=str(p.tip), first_epochs=p.log.epochs.entries[:3])
         p.log.highest_tiered_offset = max(p.log.highest_tiered_offset,
                                           highest_remote_offset(self.svc.rlmm, p.tip, p.log))
         sync_log_start(p, finished)

@@ -230,3 +230,78 @@ def test_reassignment_adds_a_replica_that_builds_from_the_tier(cluster: Cluster,
     wait_for("broker 3 leads", lambda: cluster.partitions(topic, 3)[0]["leader"] == 3)
     got = read_from(cluster.brokers[3].bootstrap, topic, RECORDS)
     assert got[:RECORDS] == list(enumerate(values))
+
+
+def test_read_committed_over_tiered_data_after_a_failover(cluster: Cluster, topic: str,
+                                                          tmp_path: Path) -> None:
+    """Java transactions (committed and aborted, interleaved) on a tiered topic;
+    after the leader is killed, a read_committed consumer of the new leader
+    reads exactly the committed records from offset 0, most of them remote
+    (aborted transactions from the remote transaction indexes)."""
+    from system_tests import txn_java
+
+    tier = FsTier(tmp_path / "remote")
+    cluster.start({**tiered_config(tier.root), "transaction.state.log.replication.factor": "3",
+                   "transaction.state.log.num.partitions": "3"})
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2",
+                                       "remote.storage.enable": "true",
+                                       "segment.bytes": "600",
+                                       "local.retention.bytes": "1"})
+    result = txn_java.run(["txns", "--bootstrap", ",".join(cluster.bootstrap()), "--topic", topic,
+                           "--txn-id", f"tiered-{topic}", "--transactions", "20",
+                           "--records", "3", "--partitions", "1"])
+    committed = sorted(result["committed"])
+    assert len(committed) == 30
+    wait_for("most of the log tiered", lambda: len(tier.log_objects(topic)) >= 5)
+    victim = cluster.leader(topic, 0)
+    cluster.brokers[victim].kill()
+    wait_for("a new leader", lambda: cluster.partitions(
+        topic, next(n for n in (1, 2, 3) if n != victim))[0]["leader"] not in (victim, -1))
+    out = txn_java.run(["consume", "--bootstrap", ",".join(cluster.bootstrap()), "--topic", topic,
+                        "--isolation", "read_committed", "--expect", "30", "--settle-ms", "1000"])
+    assert sorted(str(r[2]) for r in out["records"]) == committed
+
+
+def test_a_leader_with_a_corrupted_epoch_checkpoint_keeps_the_tier(cluster: Cluster,
+                                                                   topic: str,
+                                                                   tmp_path: Path) -> None:
+    """Kafka's FetchFromLeaderWithCorruptedCheckpointTest, tiered: the leader's
+    leader-epoch-checkpoint is garbage when it restarts; it rebuilds the epochs
+    (local segments, then the tiered part from the remote metadata), leads
+    again, deletes no remote segment as an orphan and serves every offset."""
+    tier = FsTier(tmp_path / "remote")
+    cluster.start(tiered_config(tier.root))
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "1",
+                                       "remote.storage.enable": "true",
+                                       "segment.bytes": ONE_BATCH_PER_SEGMENT,
+                                       "local.retention.bytes": "1"})
+    values = [f"c{i}".encode() for i in range(20)]
+    produce(cluster, topic, values)
+    wait_for("the records tiered", lambda: len(tier.log_objects(topic)) >= 19)
+    tiered = tier.log_objects(topic)
+    leader = cluster.leader(topic, 0)
+    assert cluster.brokers[leader].stop() == 0
+    wait_for("the stopped leader out of the ISR",
+             lambda: leader not in cluster.partitions(topic)[0]["isr"])
+    checkpoint_file = (cluster.brokers[leader].workdir / "data" / f"{topic}-0"
+                       / "leader-epoch-checkpoint")
+    checkpoint_file.write_text("garbage\nnot a checkpoint\n")
+    cluster.brokers[leader].start()
+    wait_for("back in the ISR", lambda: cluster.partitions(topic)[0]["isr"] == [1, 2, 3])
+    for n in (1, 2, 3):  # the others go: it must lead with what it rebuilt
+        if n != leader:
+            cluster.brokers[n].kill()
+    wait_for("it leads", lambda: cluster.partitions(topic, leader)[0]["leader"] == leader)
+    got = read_from(cluster.brokers[leader].bootstrap, topic, len(values))
+    assert got[:len(values)] == list(enumerate(values))
+    # A few expiration runs later, every tiered segment is still there.
+    produce_one = KafkaProducer(bootstrap_servers=[cluster.brokers[leader].bootstrap],
+                                acks=1)
+    try:
+        produce_one.send(topic, b"after", partition=0).get(timeout=WAIT_S)
+    finally:
+        produce_one.close()
+    wait_for("the new record tiered", lambda: len(tier.log_objects(topic)) > len(tiered))
+    assert set(tiered) <= set(tier.log_objects(topic))
+    epochs = checkpoint.read_epochs(str(checkpoint_file))
+    assert epochs and epochs[0][1] == 0, epochs
