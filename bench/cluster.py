@@ -15,7 +15,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,12 +129,14 @@ class Cluster:
         wait_for(f"node {node} back in the ISR of {topic}", lambda: self.in_sync(topic))
         return time.monotonic() - started
 
-    def create_topic(self, topic: str, partitions: int) -> None:
-        """Create ``topic`` with RF 3 and min.insync.replicas 2; wait until every
-        partition is led and fully in sync."""
+    def create_topic(self, topic: str, partitions: int,
+                     config: Mapping[str, str] | None = None) -> None:
+        """Create ``topic`` with RF 3, min.insync.replicas 2 and ``config``; wait until
+        every partition is led and fully in sync."""
         futures = self.admin.create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=REPLICATION_FACTOR,
-                      config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)})],
+                      config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS),
+                              **(config or {})})],
             operation_timeout=WAIT_S, request_timeout=WAIT_S)
         futures[topic].result(timeout=WAIT_S)
 
@@ -150,8 +152,10 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(config: BenchConfig, log_dir: Path) -> Iterator[Cluster]:
-    """Start ZooKeeper and three nodes (logs in ``log_dir``); stop all on exit."""
+def running_cluster(config: BenchConfig, log_dir: Path,
+                    overrides: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """Start ZooKeeper and three nodes (logs in ``log_dir``; ``overrides`` are extra
+    broker settings of every node, e.g. tiering); stop all on exit."""
     from system_tests.zkserver import ZooKeeperServer  # the system tests' launcher
 
     zk = ZooKeeperServer(log_dir / "zookeeper")
@@ -163,7 +167,8 @@ def running_cluster(config: BenchConfig, log_dir: Path) -> Iterator[Cluster]:
             nodes: dict[int, BrokerProcess] = {}
             for node in NODES:
                 spec = base.with_overrides(f"{base.label} (node {node})", {
-                    **CLUSTER_OVERRIDES, "broker.id": str(node), "zookeeper.connect": chroot})
+                    **CLUSTER_OVERRIDES, **(overrides or {}), "broker.id": str(node),
+                    "zookeeper.connect": chroot})
                 nodes[node] = stack.enter_context(BrokerProcess(
                     spec, log_dir / f"broker-{node}.log", config.startup_timeout))
             try:

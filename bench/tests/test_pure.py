@@ -131,3 +131,28 @@ def test_cluster_cases_metrics_and_targets() -> None:
     judged = {(t.cases, t.metric): t.value for t in cluster.TARGETS}
     assert judged[("failover-sigkill", "failover_p99_ms")] == cluster.SESSION_TIMEOUT_MS + 1000
     assert judged[("failover-sigterm", "failover_p99_ms")] == 1000
+
+
+def test_rebuild_plan_victim_and_windows() -> None:
+    from bench.scenarios import rebuild
+
+    full = rebuild.plan(1.0, 100 * rebuild.GiB)
+    assert full.data_bytes == rebuild.GiB and not full.note
+    assert full.segment_bytes == 16 * rebuild.MiB
+    assert full.local_retention == int(rebuild.GiB * 0.02)
+    small = rebuild.plan(0.01, 100 * rebuild.GiB)
+    assert small.segment_bytes == rebuild.MiB and small.data_bytes < 11 * rebuild.MiB
+    # Not enough disk: lowered, with a note saying so.
+    tight = rebuild.plan(1.0, 5 * rebuild.GiB)
+    assert tight.data_bytes < rebuild.GiB and "lowered" in tight.note
+    assert tight.data_bytes * rebuild.DISK_FACTOR + rebuild.DISK_RESERVE <= 5 * rebuild.GiB
+    # A follower, not the controller, preferably not the other topic's leader.
+    assert rebuild.pick_victim(1, [1, 2, 3], 2, set()) == 3
+    assert rebuild.pick_victim(1, [1, 2, 3], 1, {2}) == 3
+    assert rebuild.pick_victim(1, [1, 2, 3], 3, {2}) == 2
+    assert rebuild.pick_victim(1, [1, 3], 3, set()) == 3
+    samples = [(float(t), t / 1000) for t in range(100)]
+    assert math.isclose(rebuild.window_p99(samples, 0, 9), 8.91)
+    assert math.isnan(rebuild.window_p99(samples, 200, 300))
+    a, b = rebuild.make_value(0), rebuild.make_value(1)
+    assert len(a) == len(b) == 1024 and a[8:] != b[8:]
