@@ -153,7 +153,9 @@ class Controller:
         self.channel.set_brokers(self.ctx.brokers)
         for topic in await self.zk.get_topics():
             await self._load_topic(topic)
-        changed = [tp for tp in self.ctx.assignments if await self._ensure_leader(tp)]
+        restarted = [tp for tp in self.ctx.assignments if await self._drop_restarted(tp)]
+        changed = [tp for tp in self.ctx.assignments
+                   if await self._ensure_leader(tp) or tp in restarted]
         log.info("controller loaded", brokers=sorted(self.ctx.brokers),
                  partitions=len(self.ctx.assignments), elected=len(changed))
         self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
@@ -191,14 +193,14 @@ class Controller:
             new = elections.initial_state(replicas, self.ctx.live, self.ctx.epoch)
             if new is None:
                 return False
-            version = await self.zk.create_partition_state(tp[0], tp[1], new)
-            if version is None:  # someone created it meanwhile: take theirs and retry
+            created = await self.zk.create_partition_state(tp[0], tp[1], new)
+            if created is None:  # someone created it meanwhile: take theirs and retry
                 got = await self.zk.get_partition_state(tp[0], tp[1])
                 if got is not None:
                     self.ctx.states[tp] = got
                 return await self._ensure_leader(tp) if got is not None else False
             self.ctx.states[tp] = elections.LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
-                                                         new.controller_epoch, version)
+                                                         new.controller_epoch, *created)
             return True
         if current.leader in self.ctx.live:
             return False
@@ -220,10 +222,22 @@ class Controller:
             self.stats.unclean_elections.inc()
         return written
 
+    async def _drop_restarted(self, tp: TopicPartition) -> bool:
+        """Take out of ``tp``'s ISR the brokers that restarted since it was
+        decided (see ``elections.drop_restarted``); True if it changed."""
+        state = self.ctx.states.get(tp)
+        new = None if state is None else elections.drop_restarted(
+            state, self.ctx.broker_epochs, self.ctx.epoch)
+        if new is None or state is None:
+            return False
+        log.info("restarted brokers leave the ISR", topic=tp[0], partition=tp[1],
+                 left=[b for b in state.isr if b not in new.isr])
+        return await self._write(tp, new)
+
     async def _write(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
         """Compare-and-set ``new`` (expecting its version); refresh our copy on conflict."""
-        version = await self.zk.update_partition_state(tp[0], tp[1], new, new.version)
-        if version is None:
+        written = await self.zk.update_partition_state(tp[0], tp[1], new, new.version)
+        if written is None:
             log.info("partition state changed under us; re-reading", topic=tp[0],
                      partition=tp[1])
             got = await self.zk.get_partition_state(tp[0], tp[1])
@@ -232,7 +246,7 @@ class Controller:
             return False
         old = self.ctx.states.get(tp)
         self.ctx.states[tp] = LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
-                                           new.controller_epoch, version)
+                                           new.controller_epoch, *written)
         if new.leader != NO_LEADER and (old is None or old.leader_epoch != new.leader_epoch):
             log.info("leader elected", topic=tp[0], partition=tp[1], leader=new.leader,
                      leader_epoch=new.leader_epoch, isr=list(new.isr))
@@ -301,6 +315,10 @@ class Controller:
         self.ctx.brokers = {i: b.endpoint for i, b in now.items()}
         self.ctx.broker_epochs = {i: b.epoch for i, b in now.items()}
         self.channel.set_brokers(self.ctx.brokers)
+        for b in joined:  # before any election: a restarted broker must not be chosen
+            for tp in self._replica_partitions(b):
+                if await self._drop_restarted(tp) and tp not in changed:
+                    changed.append(tp)
         for tp in list(self.ctx.assignments):
             if await self._ensure_leader(tp) and tp not in changed:
                 changed.append(tp)

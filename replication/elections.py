@@ -14,7 +14,11 @@ The rules are Kafka's (ZooKeeper-mode PartitionStateMachine):
   stays so that only it can lead again cleanly when it returns;
 - controlled shutdown: a live ISR member that is not shutting down leads, and
   the shutting-down broker leaves the ISR;
-- preferred replica: the first replica leads again once it is live and in sync.
+- preferred replica: the first replica leads again once it is live and in sync;
+- restarted members: a broker whose registration (its broker epoch, the
+  zxid that created it) is newer than the state's last write restarted after
+  that ISR was decided, possibly with a wiped or torn log, without a
+  controller seeing it go: it leaves the ISR (``drop_restarted``).
 Every leader change bumps the leader epoch; an ISR-only change keeps it.
 """
 
@@ -36,6 +40,9 @@ class LeaderAndIsr:
     isr: tuple[int, ...]
     controller_epoch: int
     version: int = 0
+    # ZooKeeper's zxid of the znode's last write (-1: not known): brokers
+    # registered after it restarted since this ISR was decided.
+    zxid: int = -1
 
     def with_leader(self, leader: int, isr: list[int], controller_epoch: int) -> LeaderAndIsr:
         return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=tuple(isr),
@@ -127,3 +134,20 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
             replicas.append(ids[(first + step) % n])
         out[p] = replicas
     return out
+
+
+def drop_restarted(state: LeaderAndIsr, broker_epochs: dict[int, int],
+                   controller_epoch: int) -> LeaderAndIsr | None:
+    """``state`` without the ISR members that registered after it was written
+    (None if none did, or if they are all of the ISR: the last members stay,
+    as in ``remove_replica``). A restarted leader loses the leadership too."""
+    if state.zxid < 0:
+        return None
+    stale = [b for b in state.isr if broker_epochs.get(b, -1) > state.zxid]
+    keep = [b for b in state.isr if b not in stale]
+    if not stale or not keep:
+        return None
+    if state.leader in keep:
+        return state.with_isr(keep, controller_epoch)
+    return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1,
+                   isr=tuple(keep), controller_epoch=controller_epoch)

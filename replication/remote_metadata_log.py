@@ -27,7 +27,7 @@ from replication.peer import Peer, PeerPool
 log = structlog.get_logger(__name__)
 
 # While the metadata topic cannot be created yet, try again this often.
-ENSURE_RETRY_S = 1.0
+ENSURE_RETRY_S = 0.2
 
 
 class ReplicaMetadataLog:

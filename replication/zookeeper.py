@@ -290,8 +290,13 @@ class ZkClient:
                               wait_s: float | None = None) -> int:
         """Create /brokers/ids/<id>; returns the broker epoch (the znode's czxid).
 
-        A node left by this broker's previous, crashed incarnation is waited
-        out (it goes when that session expires).
+        A node left by this broker's previous, crashed incarnation (same
+        endpoint: this process now holds that listener, so the old one is gone)
+        is deleted at once rather than waited out: until it goes, the
+        controller would count the old incarnation as alive and in sync, and
+        could elect this restarted broker (whose disk may have been wiped)
+        leader of partitions it no longer has. Any other holder of the id is
+        waited for until the deadline (its session may be ending).
 
         Raises:
             ZkConfigError: another live broker holds the id.
@@ -311,6 +316,14 @@ class ZkClient:
                 stat = await self._call(self.client.exists, path)
                 if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
                     break
+                if stat is not None and await self._stale_self(path, host, port):
+                    try:
+                        await self._call(self.client.delete, path, stat.version)
+                        log.info("removed the registration of this broker's previous "
+                                 "incarnation", node_id=node_id)
+                    except (NoNodeError, BadVersionError):
+                        pass  # gone or re-registered meanwhile: try again
+                    continue
                 if trio.current_time() >= deadline:
                     raise ZkConfigError(f"broker id {node_id} is already registered in "
                                         f"ZooKeeper by a live broker; use another "
@@ -318,6 +331,17 @@ class ZkClient:
                 await trio.sleep(0.2)
         stat = await self._call(self.client.exists, path)
         return int(stat.czxid) if stat is not None else -1
+
+    async def _stale_self(self, path: str, host: str, port: int) -> bool:
+        """Whether the broker node at ``path`` names our own endpoint."""
+        try:
+            data, _ = await self._call(self.client.get, path)
+        except NoNodeError:
+            return False
+        try:
+            return f"PLAINTEXT://{host}:{port}" in json.loads(data).get("endpoints", [])
+        except (ValueError, AttributeError):
+            return False
 
     async def get_brokers(self) -> list[RegisteredBroker]:
         def run() -> list[RegisteredBroker]:
@@ -495,27 +519,28 @@ class ZkClient:
         info = json.loads(data)
         return LeaderAndIsr(int(info["leader"]), int(info["leader_epoch"]),
                             tuple(int(r) for r in info["isr"]), int(info["controller_epoch"]),
-                            int(stat.version))
+                            int(stat.version), int(stat.mzxid))
 
     async def create_partition_state(self, topic: str, partition: int,
-                                     state: LeaderAndIsr) -> int | None:
-        """Create the state znode; its version (0), or None if it exists."""
+                                     state: LeaderAndIsr) -> tuple[int, int] | None:
+        """Create the state znode; (its version, 0, and zxid), or None if it exists."""
         try:
-            await self._call(self.client.create, self._state_path(topic, partition),
-                             self._state_json(state), makepath=True)
-            return 0
+            _, stat = await self._call(self.client.create, self._state_path(topic, partition),
+                                       self._state_json(state), makepath=True,
+                                       include_data=True)
+            return int(stat.version), int(stat.mzxid)
         except NodeExistsError:
             return None
 
     async def update_partition_state(self, topic: str, partition: int, state: LeaderAndIsr,
-                                     expected_version: int) -> int | None:
-        """Compare-and-set; the new version, or None if the znode moved on."""
+                                     expected_version: int) -> tuple[int, int] | None:
+        """Compare-and-set; (the new version, its zxid), or None if the znode moved on."""
         try:
             stat = await self._call(self.client.set, self._state_path(topic, partition),
                                     self._state_json(state), version=expected_version)
         except (BadVersionError, NoNodeError):
             return None
-        return int(stat.version)
+        return int(stat.version), int(stat.mzxid)
 
     # -- producer ids --------------------------------------------------------------------
 

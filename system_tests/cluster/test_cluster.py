@@ -6,6 +6,7 @@ Each test gets a fresh chroot and three brokers; kills are real signals.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,3 +210,30 @@ def test_zookeeper_session_expiry_of_a_leader_moves_leadership(cluster: Cluster,
     wait_for("the thawed broker back in the ISR",
              lambda: cluster.partitions(topic, others[0])[0]["isr"] == [1, 2, 3])
     assert produce_kafka_python(cluster, topic, [b"y"] * 10, 0) == list(range(10, 20))
+
+
+def test_a_wiped_broker_restarted_at_once_is_never_elected_with_an_empty_log(
+        cluster: Cluster, topic: str) -> None:
+    """Killed, wiped and restarted within its ZooKeeper session: the restarted
+    broker removes its previous incarnation's registration, so the controller
+    drops it from the ISR at once instead of electing it (with an empty log)
+    when the leader shuts down next."""
+    cluster.start()
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    values = [f"w{i}".encode() for i in range(200)]
+    assert produce_kafka_python(cluster, topic, values, 0) == list(range(200))
+    leader = cluster.leader(topic, 0)
+    victim = next(n for n in (1, 2, 3) if n != leader)
+    cluster.brokers[victim].kill()
+    shutil.rmtree(cluster.brokers[victim].workdir / "data")
+    cluster.brokers[victim].start()
+    wait_for("the old registration removed", lambda: "previous incarnation"
+             in cluster.brokers[victim].log_tail(200))
+    wait_for("the wiped broker out of the ISR or caught up", lambda: (
+        isr := cluster.partitions(topic, leader)[0]["isr"]) and (victim not in isr
+                                                               or isr == [1, 2, 3]))
+    assert cluster.brokers[leader].stop() == 0  # controlled shutdown: a new leader
+    new = wait_for("a new leader", lambda: (
+        led := cluster.leader(topic, 0)) not in (leader, -1) and led)
+    assert new in (1, 2, 3)
+    assert consume_all(cluster, topic, 0) == list(enumerate(values))

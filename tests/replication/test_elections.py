@@ -81,3 +81,20 @@ def test_assignment_of_added_partitions_continues_the_pattern():
     whole = assign_replicas([1, 2, 3], 6, 2, seed=1)
     tail = assign_replicas([1, 2, 3], 3, 2, start_partition=3, seed=1)
     assert tail == {p: whole[p] for p in (3, 4, 5)}
+
+
+def test_members_registered_after_the_state_was_written_leave_the_isr():
+    from replication.elections import NO_LEADER, LeaderAndIsr, drop_restarted
+
+    state = LeaderAndIsr(1, 4, (1, 2, 3), 7, version=9, zxid=100)
+    # Broker 2 registered (epoch = its znode's zxid) after the ISR was written.
+    assert drop_restarted(state, {1: 50, 2: 150, 3: 60}, 8) == \
+        LeaderAndIsr(1, 4, (1, 3), 8, version=9, zxid=100)
+    # The leader restarted: it loses the leadership (a new epoch, no leader yet).
+    moved = drop_restarted(state, {1: 150, 2: 50, 3: 60}, 8)
+    assert moved is not None and (moved.leader, moved.leader_epoch, moved.isr) == \
+        (NO_LEADER, 5, (2, 3))
+    # Nobody restarted, the zxid is unknown, or every member restarted: no change.
+    assert drop_restarted(state, {1: 50, 2: 60, 3: 70}, 8) is None
+    assert drop_restarted(LeaderAndIsr(1, 4, (1, 2), 7), {1: 500, 2: 600}, 8) is None
+    assert drop_restarted(state, {1: 150, 2: 160, 3: 170}, 8) is None

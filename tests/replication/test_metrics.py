@@ -217,11 +217,14 @@ class FakeChannel:
 
 
 class FakeZk:
-    """Partition state writes always succeed (version + 1)."""
+    """Partition state writes always succeed (version + 1, at a growing zxid)."""
+
+    zxid = 1000
 
     async def update_partition_state(self, topic: str, partition: int, state: LeaderAndIsr,
-                                     expected_version: int) -> int:
-        return expected_version + 1
+                                     expected_version: int) -> tuple[int, int]:
+        self.zxid += 1
+        return expected_version + 1, self.zxid
 
 
 def broker(node: int, epoch: int = 1) -> RegisteredBroker:
