@@ -294,8 +294,15 @@ class ReplicaFetcher:
 
     async def _build_aux_state(self, fp: FollowerPartition) -> None:
         self.stats.aux_state_requests.inc()
+        # A connection of its own: on the fetcher's, each ListOffsets would wait
+        # behind a long-poll of up to replica.fetch.wait.max.ms, and a leader
+        # whose local retention keeps less than that has moved its local start
+        # on by then (the follower lands below it again, and rebuilds forever).
+        leader = Peer(self.leader.node_id, self.leader.host, self.leader.port,
+                      self.leader.client_id,
+                      request_timeout_ms=int(self.leader.request_timeout * 1000))
         try:
-            state = await remote_aux_state.prepare(self.replicas, self.leader, fp.tp,
+            state = await remote_aux_state.prepare(self.replicas, leader, fp.tp,
                                                    fp.leader_epoch, self.node_id)
         except Exception as exc:
             self.stats.aux_state_errors.inc()
@@ -307,6 +314,8 @@ class ReplicaFetcher:
             fp.delayed_until = trio.current_time() + delay
             self._wake.set()
             return
+        finally:
+            await leader.close()
         part = self.replicas.partitions.get(fp.tp)
         if self.partitions.get(fp.tp) is not fp or part is None \
                 or part.leader_epoch != fp.leader_epoch:
@@ -318,6 +327,9 @@ class ReplicaFetcher:
                  segment=str(state.segment.remote_log_segment_id), log_start=state.log_start,
                  fetch_from=next_offset, epochs=len(state.epochs),
                  producers=len(state.producers))
+        # Fetch the local tail at once, not after the long-poll in flight.
+        if self._in_flight is not None:
+            self._in_flight.cancel()
         self._wake.set()
 
     def _delay(self, fp: FollowerPartition) -> None:

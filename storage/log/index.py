@@ -59,8 +59,9 @@ class _IndexFile:
             return None
 
     def fsync(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        fd = self._fd  # once: ``close`` may run meanwhile (see LogSegment.fsync)
+        if fd is not None:
+            os.fsync(fd)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -617,6 +617,18 @@ class Log:
         """Remove everything at or above ``offset`` (follower divergence)."""
         if offset >= self.end_offset:
             return
+        if offset < self.segments[0].base_offset:
+            # Below the local log (a tiered log keeps only its tail): nothing
+            # local survives. As Kafka's truncateTo, restart the log empty at
+            # ``offset``, keeping the log start (the rest is in the remote
+            # tier); the follower then refetches or rebuilds from the tier.
+            # Cutting only the first segment would leave the log end at its
+            # base, above ``offset``: the leader would answer the same
+            # divergence again and again.
+            start = self.log_start_offset
+            self._truncate_fully_and_start_at(offset)
+            self.log_start_offset = min(start, offset)
+            return
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()

@@ -96,9 +96,18 @@ class LogSegment:
             self.time_index.append(ts, offset)
 
     def fsync(self) -> None:
-        """Flush the log and index files to disk (blocking; call off the loop)."""
+        """Flush the log and index files to disk (blocking; call off the loop).
+
+        Concurrency: runs in a worker thread while the event loop may close
+        the segment (truncation, retention, a rebuild from the remote tier);
+        each descriptor is read once, so a segment closed meanwhile fails with
+        EBADF and is skipped (``os.fsync(-1)`` would raise ValueError).
+        """
+        fd = self.fd
+        if fd < 0:
+            return
         try:
-            os.fsync(self.fd)
+            os.fsync(fd)
             self.index.fsync()
             self.time_index.fsync()
             self.txn_index.fsync()

@@ -43,8 +43,8 @@ from protocol import records
 from storage.log import checkpoint
 from system_tests._proc import RawClient, produce_request
 from system_tests.cluster.cluster import WAIT_S, Cluster, wait_for
+from system_tests.cluster.queue_checker import Reader, Sender
 from system_tests.cluster.test_cluster import consume_all
-from system_tests.cluster.test_jepsen_queue import Reader, Sender
 
 # Never fsync: every record a broker holds is "unflushed" (Kafka's test sets
 # log.flush.interval.messages high for the same reason).

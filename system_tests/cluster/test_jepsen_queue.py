@@ -12,73 +12,14 @@ a consumer reads the partition continuously. Afterwards:
 from __future__ import annotations
 
 import random
-import threading
-import time
-
-from confluent_kafka import Producer
-from kafka import KafkaConsumer, TopicPartition
 
 from system_tests.cluster.cluster import WAIT_S, Cluster, wait_for
+from system_tests.cluster.queue_checker import Reader, Sender, check_history
 from system_tests.cluster.test_cluster import consume_all, replicas_identical
 
 KILLS = 20
-# Each value's payload: its sequence number, so order can be checked too.
+# The victims' order: fixed, so a failure can be rerun.
 SEED = 405
-
-
-class Sender(threading.Thread):
-    def __init__(self, bootstrap: list[str], topic: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": ",".join(bootstrap), "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 2,
-                                  "message.timeout.ms": 120_000,
-                                  "topic.metadata.refresh.interval.ms": 500})
-        self.topic = topic
-        self.stop = threading.Event()
-        self.ok: dict[bytes, int] = {}
-        self.failed: set[bytes] = set()
-        self.sent = 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            value = f"v{self.sent:07d}".encode()
-            self.sent += 1
-
-            def done(err, msg, value=value):  # type: ignore[no-untyped-def]
-                if err is None:
-                    self.ok[value] = msg.offset()
-                else:
-                    self.failed.add(value)
-
-            try:
-                self.producer.produce(self.topic, value, partition=0, on_delivery=done)
-            except BufferError:
-                self.sent -= 1
-                self.producer.poll(0.05)
-                continue
-            self.producer.poll(0)
-            time.sleep(0.001)
-        self.producer.flush(WAIT_S * 2)
-
-
-class Reader(threading.Thread):
-    def __init__(self, bootstrap: list[str], topic: str) -> None:
-        super().__init__(daemon=True)
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                      request_timeout_ms=10_000, retry_backoff_ms=100)
-        self.consumer.assign([TopicPartition(topic, 0)])
-        self.consumer.seek_to_beginning()
-        self.stop = threading.Event()
-        self.seen: list[tuple[int, bytes]] = []
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                for records in self.consumer.poll(timeout_ms=500).values():
-                    self.seen += [(r.offset, r.value) for r in records]
-            except Exception:  # a broker going away mid-poll: the client recovers
-                time.sleep(0.1)
-        self.consumer.close()
 
 
 def test_no_acknowledged_value_lost_through_leader_kills(cluster: Cluster, topic: str):
@@ -113,16 +54,7 @@ def test_no_acknowledged_value_lost_through_leader_kills(cluster: Cluster, topic
     reader.stop.set()
     reader.join(WAIT_S)
 
-    offsets = [o for o, _ in log]
-    assert offsets == list(range(len(log))), "the log has gaps"
-    values = [v for _, v in log]
-    assert len(set(values)) == len(values), "a value is in the log twice"
-    at = {v: o for o, v in log}
-    lost = [v for v, o in sender.ok.items() if at.get(v) != o]
-    assert not lost, f"{len(lost)} acknowledged values lost or moved, e.g. {lost[:5]}"
-    assert not (set(at) - set(sender.ok) - sender.failed
-                - {f"v{i:07d}".encode() for i in range(sender.sent)}), "a value nobody sent"
-    assert reader.seen == log[:len(reader.seen)], "the consumer saw something else or skipped"
+    check_history(log, sender, reader)
     assert len(sender.ok) > KILLS * 20
     batches = wait_for("identical replicas", lambda: replicas_identical(cluster, topic, 0,
                                                                          [1, 2, 3]))

@@ -427,6 +427,24 @@ def test_truncate_everything(env):
     assert produce(lg, [b"a"]).first_offset == 0
 
 
+def test_truncate_below_the_local_log_start_of_a_tiered_log(env):
+    # A diverged follower freed its tiered segments (local start 30), then the
+    # new leader says its epoch ended at 12: it must end up empty at 12, not
+    # keep a log end of 30 (the leader would answer the same divergence forever).
+    lg = env.open(config={"segment_bytes": 400, "remote_storage_enable": True})
+    fill(lg, 20)
+    local_start = lg.segments[-2].base_offset
+    while lg.segments[0].base_offset < local_start:  # tiered, freed by local retention
+        lg._remove_first_segment()
+    assert lg.local_log_start_offset == local_start > 12
+
+    lg.truncate_to(12)
+
+    assert (lg.log_start_offset, lg.local_log_start_offset, lg.end_offset) == (0, 12, 12)
+    assert lg.epochs.entries == [] and lg.size == 0
+    assert produce(lg, [b"x"]).first_offset == 12
+
+
 # -- timestamps ------------------------------------------------------------------------
 
 

@@ -246,3 +246,12 @@ def test_delete_removes_files(tmp_path):
     _fill(seg, 3)
     seg.delete()
     assert os.listdir(tmp_path) == []
+
+
+def test_fsync_of_a_segment_closed_meanwhile_is_skipped(tmp_path):
+    """A flush thread may reach a segment the event loop has just deleted (a
+    follower rebuilt from the remote tier): skipped, not a crash of the broker."""
+    seg = _open(tmp_path, interval=0)
+    _fill(seg, 3)
+    seg.delete()
+    seg.fsync()

@@ -9,13 +9,20 @@ and the topic-based RLMM (the harness of test_remote_log_manager.py).
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from storage.log.log import Log
-from storage.remote.expirer import expire_segments, in_lineage
+from storage.remote.expirer import choose_expired, expire_segments, in_lineage
 from storage.remote.manager import RemoteLogManager
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.types import RemoteLogSegmentState
-from tests.storage.remote.test_remote_log_manager import Setup, _md, log_config, read_all_remote
+from tests.storage.remote.test_remote_log_manager import (
+    T0,
+    Setup,
+    _md,
+    log_config,
+    read_all_remote,
+)
 
 # Large enough that the tests decide where segments roll.
 NO_AUTO_ROLL = str(1 << 20)
@@ -135,3 +142,78 @@ async def test_every_expiration_run_moves_a_stale_log_start_to_the_remote_tier(t
     assert await expire_segments(s.p, s.svc) == 0
 
     assert s.log.log_start_offset == earliest
+
+
+# -- orphans of another lineage (KIP-405 scenarios 3-5) -----------------------------
+
+
+def _partition(entries: list[tuple[int, int]], log_start: int, log_end: int) -> SimpleNamespace:
+    """The parts of a TieredPartition ``choose_expired`` reads: no retention,
+    everything tiered, nothing being copied."""
+    lg = SimpleNamespace(epochs=SimpleNamespace(entries=entries), log_start_offset=log_start,
+                         end_offset=log_end, local_log_start_offset=log_end, segments=[],
+                         highest_tiered_offset=log_end - 1,
+                         config=SimpleNamespace(retention_ms=-1, retention_bytes=-1))
+    return SimpleNamespace(log=lg, copying=set())
+
+
+def test_orphans_of_another_lineage_stay_while_their_epochs_are_in_the_cache():
+    # KIP-405 scenario 5, step 2: B (LE-1 from 2, after an unclean election)
+    # leads over A's LE-0 copies of 2-3. They are not B's history, but A's:
+    # A may lead again (step 3) and serve them; nothing else holds them.
+    mine = [_md({0: 0}, 0, 0), _md({0: 1}, 1, 1), _md({1: 2}, 2, 2), _md({1: 3}, 3, 3)]
+    theirs = [_md({0: 2}, 2, 2), _md({0: 3}, 3, 3)]
+    doomed, start = choose_expired(_partition([(0, 0), (1, 2)], 0, 5), mine + theirs, T0)
+    assert doomed == [] and start == 0
+
+
+def test_orphans_go_once_their_epochs_leave_the_cache_or_the_log_start_passes_them():
+    below_start = _md({0: 2}, 2, 2)
+    older_epoch = _md({1: 6}, 6, 6)  # past the log start, in an epoch the cache dropped
+    mine = [_md({2: 4}, 4, 7)]
+    doomed, _ = choose_expired(_partition([(2, 4)], 4, 9), mine + [below_start, older_epoch],
+                               T0)
+    assert doomed == [below_start, older_epoch]
+    # The cache still holds epochs 0-2 from 3 on: only the one below the start goes.
+    doomed, _ = choose_expired(_partition([(0, 3), (2, 4)], 3, 9),
+                               mine + [below_start, older_epoch], T0)
+    assert doomed == [below_start]
+
+
+# -- superseded copies -------------------------------------------------------------
+
+
+def test_a_copy_replaced_by_a_later_copy_of_the_same_offsets_is_superseded():
+    """A leader died just after appending COPY_SEGMENT_FINISHED for 100..104;
+    the record was committed only after the new leader had copied 100..104
+    again. Reads go to the newer copy; the older one is superseded."""
+    import dataclasses
+    import uuid
+
+    from storage.remote.expirer import superseded
+    from storage.remote.metadata_cache import (
+        RemoteLogMetadataCache,
+        RemoteLogSegmentMetadataUpdate,
+    )
+    from storage.remote.types import RemoteLogSegmentId, TopicIdPartition
+
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    cache = RemoteLogMetadataCache(tip)
+
+    def copied(start: int, end: int, epochs: dict[int, int]):
+        md = dataclasses.replace(_md(epochs, start, end),
+                                 remote_log_segment_id=RemoteLogSegmentId(tip, uuid.uuid4()),
+                                 state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+        cache.apply(md)
+        cache.apply(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, T0, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1))
+        return cache.segment(md.remote_log_segment_id)
+
+    copied(95, 99, {0: 95})
+    old = copied(100, 104, {0: 100})
+    copied(100, 104, {0: 100})
+    copied(105, 112, {0: 105, 1: 110})
+    rlmm = SimpleNamespace(remote_log_segment_metadata=lambda _tip, epoch, offset:
+                           cache.remote_log_segment_metadata(epoch, offset))
+    segments = cache.list_remote_log_segments()
+    assert superseded(rlmm, tip, segments) == {old.remote_log_segment_id}
