@@ -20,6 +20,8 @@ from kafka.protocol.consumer import (
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -33,6 +35,8 @@ PRODUCE_VERSION = 9
 FETCH_VERSION = 12
 # ListOffsets v9: timestamps -4 (earliest local) and -5 (latest tiered).
 LIST_OFFSETS_VERSION = 9
+# OffsetForLeaderEpoch v4: replica id, flexible.
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONSUMER_REPLICA_ID = -1
 NO_EPOCH = -1
 
@@ -103,4 +107,25 @@ async def list_offset(peer: Peer, topic: str, partition: int, timestamp: int,
             if p.partition_index == partition:
                 _raise_for(p.error_code, f"list offsets of {topic}-{partition}")
                 return int(p.offset), int(p.leader_epoch)
+    raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")
+
+
+async def end_offset_for_epoch(peer: Peer, topic: str, partition: int, leader_epoch: int,
+                               current_leader_epoch: int = NO_EPOCH,
+                               replica_id: int = CONSUMER_REPLICA_ID) -> tuple[int, int]:
+    """OffsetForLeaderEpoch: (the largest epoch <= ``leader_epoch`` the leader
+    knows, where it ends), (-1, -1) if none."""
+    req = OffsetForLeaderEpochRequest[OFFSET_FOR_LEADER_EPOCH_VERSION]
+    topic_cls = req.OffsetForLeaderTopic
+    body = req(replica_id=replica_id, topics=[topic_cls(topic=topic, partitions=[
+        topic_cls.OffsetForLeaderPartition(partition=partition,
+                                           current_leader_epoch=current_leader_epoch,
+                                           leader_epoch=leader_epoch)])])
+    resp: Any = await peer.request(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+                                   OFFSET_FOR_LEADER_EPOCH_VERSION, body)
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.partition == partition:
+                _raise_for(p.error_code, f"offset for leader epoch of {topic}-{partition}")
+                return int(p.leader_epoch), int(p.end_offset)
     raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")

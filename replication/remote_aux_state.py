@@ -7,9 +7,11 @@ offsets the follower needs exist only in the remote tier. The follower then:
 
 1. asks the leader (ListOffsets, as a replica) for its earliest local offset
    L with its leader epoch (-4) and its log start (-2);
-2. waits until its own remote log metadata (it follows ``__remote_log_metadata``
-   for the partitions it replicates) has the finished remote segment holding
-   L - 1, in the leader's epoch lineage;
+2. learns the leader's epoch at L - 1 (OffsetForLeaderEpoch when an epoch
+   may begin at L) and waits until its own remote log metadata (it follows
+   ``__remote_log_metadata`` for the partitions it replicates) has a finished
+   remote segment holding L - 1 in that epoch: after an unclean election the
+   tier may also hold another lineage's copy of the same offset;
 3. fetches that segment's leader-epoch checkpoint and producer snapshot from
    the remote storage manager;
 4. empties its log and restarts it after that segment (at its end offset + 1,
@@ -74,22 +76,32 @@ def _epoch_at(md: RemoteLogSegmentMetadata, offset: int) -> int:
 
 
 def segment_holding(segments: list[RemoteLogSegmentMetadata], offset: int,
-                    max_epoch: int) -> RemoteLogSegmentMetadata | None:
-    """The finished segment holding ``offset`` in the lineage of a leader whose
-    epoch at the next offset is ``max_epoch``: of the copies holding it, the one
-    whose epoch there is highest without exceeding ``max_epoch``."""
+                    epoch: int) -> RemoteLogSegmentMetadata | None:
+    """The finished segment holding ``offset`` written in leader epoch ``epoch``
+    (the leader's epoch there: a copy of the same offset from another lineage,
+    kept after an unclean election, has another). Of several such copies, the
+    one that goes furthest."""
     best: RemoteLogSegmentMetadata | None = None
     for md in segments:
         if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
             continue
-        if not md.start_offset <= offset <= md.end_offset:
+        if not md.start_offset <= offset <= md.end_offset or _epoch_at(md, offset) != epoch:
             continue
-        epoch = _epoch_at(md, offset)
-        if epoch > max_epoch:
-            continue
-        if best is None or epoch > _epoch_at(best, offset):
+        if best is None or md.end_offset > best.end_offset:
             best = md
     return best
+
+
+async def leader_epoch_at(leader: Peer, tp: TopicPartition, offset: int, epoch_after: int,
+                          leader_epoch: int, node_id: int) -> int:
+    """The leader's epoch at ``offset``, given its epoch at ``offset + 1``: that
+    one, unless the leader says the epoch before it ends after ``offset``
+    (OffsetForLeaderEpoch, as Kafka's follower asks)."""
+    if epoch_after <= 0:
+        return max(epoch_after, 0)
+    previous, end = await leader_requests.end_offset_for_epoch(
+        leader, tp[0], tp[1], epoch_after - 1, leader_epoch, node_id)
+    return previous if previous >= 0 and end > offset else epoch_after
 
 
 async def prepare(replicas: ReplicaManager, leader: Peer, tp: TopicPartition,
@@ -115,10 +127,13 @@ async def prepare(replicas: ReplicaManager, leader: Peer, tp: TopicPartition,
     rlmm = remote.svc.rlmm
     await rlmm.ensure_ready(tip)
     target = local_start - 1
-    md = segment_holding(rlmm.list_remote_log_segments(tip), target,
-                         local_epoch if local_epoch >= 0 else leader_epoch)
+    epoch = await leader_epoch_at(leader, tp, target,
+                                  local_epoch if local_epoch >= 0 else leader_epoch,
+                                  leader_epoch, node_id)
+    md = segment_holding(rlmm.list_remote_log_segments(tip), target, epoch)
     if md is None:
-        raise AuxStateNotReady(f"no finished remote segment holds offset {target} yet")
+        raise AuxStateNotReady(f"no finished remote segment holds offset {target} "
+                               f"in epoch {epoch} yet")
     svc = remote.svc
     raw = await trio.to_thread.run_sync(svc.rsm.fetch_index, md, IndexType.LEADER_EPOCH,
                                         limiter=svc.reader_limiter)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaConnectionError
 
 from protocol import records
 from system_tests.harness import BrokerProcess, make_broker
@@ -21,6 +22,10 @@ T = TypeVar("T")
 SESSION_TIMEOUT_MS = 3000
 # Every wait in these tests: long enough for a loaded 2-core machine.
 WAIT_S = 60.0
+# Admin calls that meet a broker which just went away are tried again this
+# many times, this far apart.
+ADMIN_ATTEMPTS = 10
+ADMIN_RETRY_S = 0.3
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S,
@@ -79,20 +84,27 @@ class Cluster:
         target = self.bootstrap([node] if node is not None else None)
         return KafkaAdminClient(bootstrap_servers=target, request_timeout_ms=10_000)
 
+    def _admin_call(self, node: int | None, call: Callable[[KafkaAdminClient], T]) -> T:
+        """``call`` on a fresh admin client, again (a few times, with a short pause)
+        when it hits a broker that just went away: metadata may still name it."""
+        for attempt in range(ADMIN_ATTEMPTS):
+            admin = self.admin(node)
+            try:
+                return call(admin)
+            except KafkaConnectionError:
+                if attempt == ADMIN_ATTEMPTS - 1:
+                    raise
+            finally:
+                admin.close()
+            time.sleep(ADMIN_RETRY_S)
+        raise AssertionError("unreachable")
+
     def describe_cluster(self, node: int | None = None) -> dict[str, Any]:
-        admin = self.admin(node)
-        try:
-            return admin.describe_cluster()
-        finally:
-            admin.close()
+        return self._admin_call(node, lambda admin: admin.describe_cluster())
 
     def partitions(self, topic: str, node: int | None = None) -> dict[int, dict[str, Any]]:
         """partition -> {leader, replicas, isr, offline} as one broker's Metadata says."""
-        admin = self.admin(node)
-        try:
-            [described] = admin.describe_topics([topic])
-        finally:
-            admin.close()
+        [described] = self._admin_call(node, lambda admin: admin.describe_topics([topic]))
         return {p["partition_index"]: {"leader": p["leader_id"], "replicas": p["replica_nodes"],
                                        "isr": sorted(p["isr_nodes"]),
                                        "offline": sorted(p["offline_replicas"])}

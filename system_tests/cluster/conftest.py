@@ -11,6 +11,13 @@ import pytest
 
 from system_tests.cluster.cluster import Cluster
 from system_tests.conftest import REGISTRY_KEY
+from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
+    MotoServer,
+    aws_test_env,
+    moto_server,
+    s3_bucket,
+)
+from system_tests.tiered_helpers import FsTier, RemoteTier, S3Tier
 from system_tests.zkserver import ZooKeeperServer
 
 
@@ -30,3 +37,15 @@ def cluster(request: pytest.FixtureRequest, zookeeper: ZooKeeperServer,
     c = Cluster(chroot, tmp_path, request.config.stash[REGISTRY_KEY])
     yield c
     c.close()
+
+
+@pytest.fixture(params=("fs", "s3"))
+def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
+    """The remote tier every broker of the cluster shares: one directory, or one
+    bucket on the session's moto server (real HTTP)."""
+    if request.param == "fs":
+        return FsTier(tmp_path / "remote")
+    moto: MotoServer = request.getfixturevalue("moto_server")
+    request.getfixturevalue("aws_test_env")
+    bucket = request.getfixturevalue("s3_bucket")
+    return S3Tier(moto.client(), bucket, moto.endpoint_url)
