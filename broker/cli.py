@@ -1,4 +1,5 @@
-"""Command line: ``tierd --config server.properties [--override key=value ...]``."""
+"""Command line: ``tierd --config server.properties [--override key=value ...]``,
+or ``tierd admin ...`` for the operator's tool (``broker.admin``)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def raise_open_file_limit() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["admin"]:
+        from broker.admin.cli import main as admin_main
+
+        return admin_main(argv[1:])
     args = parse_args(argv)
     raise_open_file_limit()
     configure_logging("json" if args.log_json else "console", "info")

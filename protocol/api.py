@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer
 
-from protocol import broker_apis
+from protocol import broker_apis, tierd_apis
 
 _HDR = struct.Struct(">hhih")
 _RESP_HDR = struct.Struct(">ii")
@@ -90,6 +90,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(producer.WriteTxnMarkersRequest, producer.WriteTxnMarkersResponse, 1, 1),
         # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
         *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
+        # tierd's own: where each partition's data lives (broker/handlers/tiering.py).
+        _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 0),
     )
 }
 

