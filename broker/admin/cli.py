@@ -34,7 +34,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (topics, groups, tiering, reconcile, rebuild_metadata):
         module.register(sub)
+    _accept_late_options(parser)
     return parser
+
+
+def _accept_late_options(parser: argparse.ArgumentParser) -> None:
+    """Let ``--json`` also follow the subcommand (``tierd admin topics list
+    --json``), as operators type it; SUPPRESS keeps the global value otherwise."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for child in getattr(action, "choices", {}).values():
+            if child._subparsers is None:
+                if not any("--json" in a.option_strings for a in child._actions):
+                    child.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                                       help="print JSON instead of tables")
+            else:
+                _accept_late_options(child)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,9 @@ Settings (``rsm.config.`` prefix stripped): ``dir``, the root directory.
 from __future__ import annotations
 
 import os
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import structlog
 
@@ -35,7 +36,16 @@ from storage.remote.naming import (
     segment_stem,
     uuid_str,
 )
-from storage.remote.rsm import check_log_size, parse_rsm_config, resolve_range
+from storage.remote.rsm import (
+    UUID_CHARS,
+    SegmentObjectName,
+    StoredObject,
+    check_log_size,
+    parse_object_name,
+    parse_rsm_config,
+    parse_uuid,
+    resolve_range,
+)
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -172,8 +182,63 @@ class FileSystemRemoteStorageManager:
                     log.warning("cannot remove file of a failed copy", path=victim,
                                 error=str(exc))
 
+    # -- listing (operator tools; the broker never lists) ---------------------
+
+    def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
+        """The files of the layout (in the root and in partition directories)
+        whose relative path starts with ``prefix``, in name order; see
+        ListableRemoteStorage. Files that vanish while listing are skipped.
+
+        Raises:
+            RemoteStorageError: the root cannot be read.
+        """
+        try:
+            directories = sorted(os.listdir(self.root))
+        except OSError as exc:
+            raise RemoteStorageError(f"cannot list {self.root}: {exc}", retriable=True) from exc
+        for directory in directories:
+            path = os.path.join(self.root, directory)
+            if not os.path.isdir(path):
+                if directory.startswith(prefix):
+                    yield from _listed(self.root, directory, None)
+                continue
+            if not ((directory + "/").startswith(prefix) or prefix.startswith(directory + "/")):
+                continue
+            tip = _parse_partition_dir(directory)
+            try:
+                names = sorted(os.listdir(path))
+            except OSError:
+                continue  # removed with its last segment meanwhile
+            for name in names:
+                key = f"{directory}/{name}"
+                if key.startswith(prefix):
+                    parsed = parse_object_name(tip, name) if tip is not None else None
+                    yield from _listed(self.root, key, parsed)
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _parse_partition_dir(name: str) -> TopicIdPartition | None:
+    """``<topic>-<partition>-<topicId>`` (the topic id may hold '-'); None if not one."""
+    topic_partition, dash = name[:-UUID_CHARS - 1], name[-UUID_CHARS - 1:-UUID_CHARS]
+    topic, _, partition = topic_partition.rpartition("-")
+    topic_id = parse_uuid(name[-UUID_CHARS:])
+    if dash != "-" or topic_id is None or not topic or not partition.isdigit():
+        return None
+    return TopicIdPartition(topic_id, topic, int(partition))
+
+
+def _listed(root: str, key: str, name: SegmentObjectName | None) -> Iterator[StoredObject]:
+    """The StoredObject of ``root/key`` if it is (still) a file."""
+    try:
+        info = os.stat(os.path.join(root, key))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RemoteStorageError(f"cannot stat {key} in {root}: {exc}", retriable=True) from exc
+    if stat.S_ISREG(info.st_mode):
+        yield StoredObject(key, info.st_size, info.st_mtime, name)
 
 
 def _write_atomically(directory: str, dest: str, source: StrPath | bytes) -> None:

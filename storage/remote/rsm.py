@@ -14,20 +14,26 @@ stripped, values as strings) and which has the methods below.
 
 from __future__ import annotations
 
+import binascii
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
 from config.defs import ConfigDef, ConfigError
+from storage.log.checkpoint import topic_id_from_str, topic_id_to_str
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteStorageError,
     StrPath,
+    TopicIdPartition,
 )
 
 log = structlog.get_logger(__name__)
@@ -127,6 +133,81 @@ class RemoteStorageManager(Protocol):
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentObjectName:
+    """What an object's name says: its segment, start offset and suffix.
+
+    ``suffix`` is what follows ``<offset>-<uuid>.``: ``log``, ``index``, ...,
+    or ``log.tmp`` for the filesystem manager's temp file of a copy.
+    """
+
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    suffix: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One object of a remote tier, as ``list_objects`` sees it.
+
+    Attributes:
+        key: the name relative to the tier's root (directory or key prefix).
+        size: length in bytes.
+        modified_s: last write, in seconds since the epoch.
+        name: what the name says, or None for a name no storage manager writes.
+    """
+
+    key: str
+    size: int
+    modified_s: float
+    name: SegmentObjectName | None
+
+
+@runtime_checkable
+class ListableRemoteStorage(Protocol):
+    """A storage manager that can also list its tier (the built-ins can).
+
+    Not part of KIP-405: the broker never lists. Operator tools do, to find
+    objects that the metadata does not know (``tierd admin reconcile``).
+    """
+
+    def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Every stored object whose key starts with ``prefix``.
+
+        Raises:
+            RemoteStorageError: the store failed (possibly after some objects).
+        """
+        ...
+
+
+# ``<20-digit start offset>-<22-character segment uuid>.``: storage.remote.naming.
+# UUID_CHARS is also the length of a topic id in a partition's directory or prefix.
+_OFFSET_DIGITS = 20
+UUID_CHARS = 22
+_STEM_CHARS = _OFFSET_DIGITS + 1 + UUID_CHARS
+
+
+def parse_uuid(text: str) -> uuid.UUID | None:
+    """Kafka's Uuid.toString back to a ``uuid.UUID``; None if it is not one
+    (exactly: a text that decodes but is not what Uuid.toString writes is not)."""
+    try:
+        parsed = topic_id_from_str(text)
+    except (binascii.Error, ValueError):
+        return None
+    return parsed if topic_id_to_str(parsed) == text else None
+
+
+def parse_object_name(tip: TopicIdPartition, file_name: str) -> SegmentObjectName | None:
+    """Parse ``<offset>-<uuid>.<suffix>`` of a segment of ``tip``; None if it is not one."""
+    offset = file_name[:_OFFSET_DIGITS]
+    separators = file_name[_OFFSET_DIGITS:_OFFSET_DIGITS + 1] + file_name[_STEM_CHARS:_STEM_CHARS + 1]
+    suffix = file_name[_STEM_CHARS + 1:]
+    segment_uuid = parse_uuid(file_name[_OFFSET_DIGITS + 1:_STEM_CHARS])
+    if not offset.isdigit() or separators != "-." or not suffix or segment_uuid is None:
+        return None
+    return SegmentObjectName(RemoteLogSegmentId(tip, segment_uuid), int(offset), suffix)
 
 
 def load_rsm(class_name: str, config: Mapping[str, str]) -> RemoteStorageManager:

@@ -7,7 +7,8 @@ Keys::
 with the suffixes of the local files (log, index, timeindex, txnindex,
 snapshot, leader_epoch_checkpoint). The partition-level prefix sorts a
 partition's segments by offset in a listing, for operators; tierd itself
-never lists (the metadata manager knows what exists).
+never lists (the metadata manager knows what exists); operator tools do
+(``list_objects``, e.g. ``tierd admin reconcile``).
 
 Writes: a .log larger than ``upload.part.size`` goes up as a multipart
 upload, everything else as one PUT. A copy that fails aborts its multipart
@@ -55,7 +56,16 @@ from storage.remote.naming import (
     segment_stem,
     uuid_str,
 )
-from storage.remote.rsm import check_log_size, parse_rsm_config, resolve_range
+from storage.remote.rsm import (
+    UUID_CHARS,
+    SegmentObjectName,
+    StoredObject,
+    check_log_size,
+    parse_object_name,
+    parse_rsm_config,
+    parse_uuid,
+    resolve_range,
+)
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -63,6 +73,7 @@ from storage.remote.types import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     StrPath,
+    TopicIdPartition,
 )
 
 log = structlog.get_logger(__name__)
@@ -335,9 +346,34 @@ class S3RemoteStorageManager:
             if upload.get("Key") == key:
                 self._abort_upload(key, upload["UploadId"])
 
+    # -- listing (operator tools; the broker never lists) ---------------------
+
+    def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Every object under ``<prefix setting><prefix>``, keys relative to the
+        prefix setting, in key order (ListObjectsV2, all pages); see
+        ListableRemoteStorage."""
+        paginator = self._client.get_paginator("list_objects_v2")
+        with _translated("ListObjectsV2", self.prefix + prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+                for entry in page.get("Contents") or []:
+                    key = entry["Key"][len(self.prefix):]
+                    yield StoredObject(key, int(entry["Size"]),
+                                       entry["LastModified"].timestamp(), _parse_key(key))
+
     def close(self) -> None:
         """Close the client's connection pool. Idempotent."""
         self._client.close()
+
+
+def _parse_key(key: str) -> SegmentObjectName | None:
+    """What ``<topic>-<topicId>/<partition>/<file>`` names; None for another layout."""
+    parts = key.split("/")
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0][-UUID_CHARS - 1:-UUID_CHARS] != "-":
+        return None
+    topic, topic_id = parts[0][:-UUID_CHARS - 1], parse_uuid(parts[0][-UUID_CHARS:])
+    if not topic or topic_id is None:
+        return None
+    return parse_object_name(TopicIdPartition(topic_id, topic, int(parts[1])), parts[2])
 
 
 def _read_local(fd: int, path: StrPath, position: int, length: int) -> bytes:
