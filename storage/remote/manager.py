@@ -350,6 +350,7 @@ class RemoteLogManager:
         svc = self.svc
         topic = p.tip.topic
         svc.metrics.fetch_requests.labels(topic).inc()
+        started = time.monotonic()
         try:
             entry.result = await trio.to_thread.run_sync(
                 _busy, svc.reader_busy, reader.read_blocking, svc.rsm, svc.index_cache, md,
@@ -365,6 +366,7 @@ class RemoteLogManager:
             entry.error = self._read_failed(p, md, exc, ErrorCode.UNKNOWN_SERVER_ERROR)
         finally:
             entry.finished_at = time.monotonic()
+            svc.metrics.fetch_latency.observe(entry.finished_at - started)
             entry.done.set()
 
     def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -73,6 +73,12 @@ class RemoteMetrics:
                                     registry=r)
         self.delete_requests = Counter("RemoteDeleteRequestsPerSec", "Remote segment deletions",
                                        ["topic"], registry=r)
+        # Time of one remote read (queue wait in the reader pool included), as
+        # Kafka's RemoteLogReaderFetchRateAndTimeMs, in seconds as Prometheus prefers.
+        self.fetch_latency = Histogram(
+            "RemoteLogReaderFetchTimeSeconds", "Time of a remote read, queueing included",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r)
         self.delete_errors = Counter("RemoteDeleteErrorsPerSec", "Failed remote deletions",
                                      ["topic"], registry=r)
         self._registry = r
