@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: deps run test unit system bench fmt lint typecheck clean
+.PHONY: deps run test unit system bench cluster fmt lint typecheck clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -20,14 +20,20 @@ unit:
 system:
 	$(PYTHON) -m pytest -q system_tests
 
+# Three brokers, ZooKeeper and an S3 endpoint (moto) as processes: the
+# compose file's topology without Docker (python -m deploy.launcher).
+CLUSTER_DIR ?= ./cluster-data
+cluster: deps
+	$(PYTHON) -m deploy.launcher --dir $(CLUSTER_DIR) --base-port 19092
+
 bench: deps
 	$(PYTHON) -m bench $(BENCH_ARGS)
 
 fmt:
-	$(PYTHON) -m ruff format protocol broker storage replication config tests system_tests bench
+	$(PYTHON) -m ruff format protocol broker storage replication config deploy tests system_tests bench
 
 lint:
-	$(PYTHON) -m ruff check protocol broker storage replication config
+	$(PYTHON) -m ruff check protocol broker storage replication config deploy
 
 typecheck:
 	$(PYTHON) -m mypy protocol broker storage replication config

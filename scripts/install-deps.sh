@@ -14,6 +14,8 @@
 #      executable and linked as .deps/bin/tansu.
 #   6. ZooKeeper from Debian (cluster-mode tests run its server from
 #      /usr/share/java), only if /usr/share/java/zookeeper.jar is missing.
+#   7. PySpark and Spark's Kafka connector jars in .deps/spark-jars/.
+#   8. docker.io, docker-compose and debootstrap from Debian (compose tests).
 #
 # Environment:
 #   PYTHON   interpreter to install into (default: python3)
@@ -121,6 +123,22 @@ install_zookeeper() {
     log "zookeeper: installing from Debian"
     apt_install zookeeper
     [[ -f /usr/share/java/zookeeper.jar ]] || die "zookeeper.jar missing after apt-get install"
+}
+
+# --- 8. A Docker engine for the compose tests (system_tests/deploy/) ---
+# Debian's docker.io (dockerd, started by the tests on their own socket),
+# docker-compose, and debootstrap for the tests' base images.
+install_docker() {
+    local missing=()
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        log "docker: dockerd, docker-compose and debootstrap present"
+        return
+    fi
+    log "docker: installing ${missing[*]} from Debian"
+    apt_install "${missing[@]}"
 }
 
 package_dir() {
@@ -251,6 +269,7 @@ main() {
     link_jars
     link_tansu
     install_spark
+    install_docker
     log "done"
 }
 
