@@ -33,6 +33,13 @@ BROKER_DEFS: list[ConfigDef] = [
               "Maximum backoff after failed remote tasks.", at_least=1),
     ConfigDef("remote.log.manager.task.retry.jitter", T.DOUBLE, 0.2,
               "Random jitter applied to backoff.", at_least=0, at_most=0.5),
+    ConfigDef("tierd.remote.audit.interval.ms", T.LONG, 3_600_000,
+              "How often a leader compares its partition's remote objects with the remote "
+              "log metadata (orphans, missing and wrong-sized segments, as metrics); "
+              "-1 = never. One listing of the partition's prefix per run.", at_least=-1),
+    ConfigDef("tierd.remote.audit.grace.ms", T.LONG, 3_600_000,
+              "The audit ignores objects of unknown segments younger than this (a copy in "
+              "flight whose metadata this broker has not read yet).", at_least=0),
     ConfigDef("remote.log.reader.threads", T.INT, 10, "Threads reading remote data.",
               at_least=1),
     ConfigDef("remote.log.reader.max.pending.tasks", T.INT, 100,

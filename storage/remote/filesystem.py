@@ -184,6 +184,10 @@ class FileSystemRemoteStorageManager:
 
     # -- listing (operator tools; the broker never lists) ---------------------
 
+    def partition_prefix(self, tip: TopicIdPartition) -> str:
+        """See ListableRemoteStorage.partition_prefix: the partition's directory."""
+        return os.path.basename(self.partition_dir(tip)) + "/"
+
     def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
         """The files of the layout (in the root and in partition directories)
         whose relative path starts with ``prefix``, in name order; see

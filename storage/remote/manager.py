@@ -40,6 +40,7 @@ from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.log import Log
 from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, decode_entries
 from storage.remote import reader
+from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
 from storage.remote.copier import copy_candidates, copy_segments
 from storage.remote.expirer import expire_segments, sync_log_start
@@ -267,6 +268,24 @@ class RemoteLogManager:
             await self._guarded(p, p.copy_backoff, "copy", copy_segments)
         if not p.cancelled and p.expire_backoff.ready(now):
             await self._guarded(p, p.expire_backoff, "expire", expire_segments)
+        if not p.cancelled and self._audit_due(p, now):
+            await self._audit(p)
+
+    # -- the audit (storage.remote.audit) --------------------------------------------
+
+    def _audit_due(self, p: TieredPartition, now_ms: int) -> bool:
+        """Every tierd.remote.audit.interval.ms, the first one interval after
+        leadership starts (a restart does not list every partition at once)."""
+        interval = self.config["tierd.remote.audit.interval.ms"]
+        if interval < 0 or not hasattr(self.svc.rsm, "list_objects"):
+            return False
+        if not p.next_audit:
+            p.next_audit = now_ms + interval
+        return now_ms >= p.next_audit
+
+    async def _audit(self, p: TieredPartition) -> None:
+        p.next_audit = self.svc.clock() + self.config["tierd.remote.audit.interval.ms"]
+        await audit_partition(p, self.svc, self.config["tierd.remote.audit.grace.ms"])
 
     async def _guarded(self, p: TieredPartition, backoff: Backoff, what: str,
                        task: Callable[[TieredPartition, RemoteServices], Any]) -> None:
@@ -488,12 +507,20 @@ class RemoteLogManager:
             finished = [m for m in segments
                         if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
             lag = copy_candidates(p) if not p.cancelled else []
-            out.append((topic, partition, {
+            gauges = {
                 "RemoteLogSizeBytes": float(sum(m.segment_size_in_bytes for m in finished)),
                 "RemoteLogMetadataCount": float(len(segments)),
                 "RemoteCopyLagBytes": float(sum(s.size for s in lag)),
                 "RemoteCopyLagSegments": float(len(lag)),
-            }))
+            }
+            if p.audit is not None:
+                gauges.update({
+                    "RemoteOrphanObjects": float(p.audit.orphan_objects),
+                    "RemoteOrphanBytes": float(p.audit.orphan_bytes),
+                    "RemoteMissingSegments": float(p.audit.missing_segments),
+                    "RemoteSizeMismatchSegments": float(p.audit.size_mismatches),
+                })
+            out.append((topic, partition, gauges))
         return out
 
     def broker_gauges(self) -> dict[str, float]:

@@ -79,6 +79,12 @@ class RemoteMetrics:
             "RemoteLogReaderFetchTimeSeconds", "Time of a remote read, queueing included",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r)
+        self.audit_runs = Counter("RemoteAuditRunsPerSec",
+                                  "Audits of a partition's remote objects against its metadata",
+                                  ["topic"], registry=r)
+        self.audit_errors = Counter("RemoteAuditErrorsPerSec",
+                                    "Audits that could not list the remote tier", ["topic"],
+                                    registry=r)
         self.delete_errors = Counter("RemoteDeleteErrorsPerSec", "Failed remote deletions",
                                      ["topic"], registry=r)
         self._registry = r
@@ -94,6 +100,11 @@ _PARTITION_GAUGES = {
     "RemoteLogMetadataCount": "Remote segments known for the partition",
     "RemoteCopyLagBytes": "Bytes of closed local segments not yet tiered",
     "RemoteCopyLagSegments": "Closed local segments not yet tiered",
+    "RemoteOrphanObjects": "Remote objects of no live segment, at the last audit (leader)",
+    "RemoteOrphanBytes": "Bytes of those orphan objects, at the last audit (leader)",
+    "RemoteMissingSegments": "Finished segments without a .log object, at the last audit",
+    "RemoteSizeMismatchSegments": "Finished segments whose .log size differs from the "
+                                  "metadata's, at the last audit",
 }
 _BROKER_GAUGES = {
     "RemoteLogReaderTaskQueueSize": "Remote reads waiting for a reader thread",

@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from storage.log.log import Log
+from storage.remote.audit import AuditResult
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.metrics import BusyTracker, RemoteMetrics
@@ -42,6 +43,10 @@ class TieredPartition:
     copying: set[uuid.UUID] = field(default_factory=set)
     cancelled: bool = False
     ready: bool = False
+    # The last audit of the remote objects (storage.remote.audit), and when the
+    # next is due (svc.clock() units; 0 = schedule one interval from now).
+    audit: AuditResult | None = None
+    next_audit: float = 0.0
 
 
 @dataclass(slots=True)

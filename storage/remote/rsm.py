@@ -173,6 +173,10 @@ class ListableRemoteStorage(Protocol):
     objects that the metadata does not know (``tierd admin reconcile``).
     """
 
+    def partition_prefix(self, tip: TopicIdPartition) -> str:
+        """The ``list_objects`` prefix holding exactly ``tip``'s objects."""
+        ...
+
     def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
         """Every stored object whose key starts with ``prefix``.
 

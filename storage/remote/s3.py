@@ -348,6 +348,10 @@ class S3RemoteStorageManager:
 
     # -- listing (operator tools; the broker never lists) ---------------------
 
+    def partition_prefix(self, tip: TopicIdPartition) -> str:
+        """See ListableRemoteStorage.partition_prefix (relative to the prefix setting)."""
+        return f"{tip.topic}-{uuid_str(tip.topic_id)}/{tip.partition}/"
+
     def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
         """Every object under ``<prefix setting><prefix>``, keys relative to the
         prefix setting, in key order (ListObjectsV2, all pages); see
