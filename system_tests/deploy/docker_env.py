@@ -41,6 +41,8 @@ SUITE = "bookworm"
 PY_BASE = ("tierd-test-base:bookworm", "python3,python3-venv,tini,ca-certificates")
 JAVA_BASE = ("tierd-test-java:bookworm",
              "python3,tini,ca-certificates,openjdk-17-jre-headless,zookeeper")
+# Debian's Prometheus, run as it is (the test override gives it its config).
+PROMETHEUS = ("tierd-test-prometheus:bookworm", "prometheus,ca-certificates")
 
 # Tried in this order (see the module docstring).
 STORAGE_DRIVERS = ("overlay2", "vfs")
@@ -174,9 +176,11 @@ def build(tag: str, dockerfile: str, **build_args: str) -> None:
 
 
 def build_test_images() -> None:
-    """tierd:test (deploy/Dockerfile), tierd-test-zookeeper, tierd-test-moto."""
+    """tierd:test (deploy/Dockerfile), tierd-test-zookeeper, tierd-test-moto, and
+    Debian's Prometheus."""
     ensure_base(*PY_BASE)
     ensure_base(*JAVA_BASE)
+    ensure_base(*PROMETHEUS)
     ensure_wheelhouse()
     build("tierd:test", "deploy/Dockerfile", BASE_IMAGE=PY_BASE[0],
           PIP_INSTALL_ARGS="--no-index --find-links /src/deploy/wheelhouse")
