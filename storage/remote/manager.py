@@ -67,9 +67,15 @@ TopicPartition = tuple[str, int]
 # are 34 bytes and rare; this bounds a pathological topic).
 _TXN_INDEX_CACHE_SEGMENTS = 1024
 
-# How long a finished remote read is kept for the client's retry after
-# remote.fetch.max.wait.ms expired on the first attempt.
+# How long a finished remote read waits for the client's retry after
+# remote.fetch.max.wait.ms expired on the first attempt (a result is parked
+# only until one fetch takes it), and how many bytes such results may hold in
+# all: beyond it the oldest are dropped (their fetch reads again).
 _RESULT_TTL_S = 30.0
+_PARKED_MAX_BYTES = 64 * 1024 * 1024
+
+# (partition, offset, max bytes, min one batch): what a read returns depends on all four.
+_ReadKey = tuple[TopicPartition, int, int, bool]
 
 
 class RemovalPending(Exception):
@@ -89,7 +95,7 @@ class RemoteLogManager:
         self.config = config
         self.svc = services
         self.partitions: dict[TopicPartition, TieredPartition] = {}
-        self._reads: dict[tuple[TopicPartition, int, int], _Read] = {}
+        self._reads: dict[_ReadKey, _Read] = {}
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
         self._txn_entries: OrderedDict[uuid.UUID, list[AbortedTxn]] = OrderedDict()
@@ -331,7 +337,9 @@ class RemoteLogManager:
         if p is None:
             raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, "partition is not tiered here")
         await self._ready_or_storage_error(p)
-        key = (tp, offset, max_bytes)
+        if max_bytes <= 0 and not min_one_batch:
+            return None  # no byte share for this partition: a read could return nothing
+        key = (tp, offset, max_bytes, min_one_batch)
         entry = self._reads.get(key)
         if entry is None and self.svc.fetch_quota.exceeded():
             # KIP-956: over the remote fetch quota, no new remote reads; the
@@ -348,11 +356,13 @@ class RemoteLogManager:
             await entry.done.wait()
         if not entry.done.is_set():
             return None
+        if self._reads.get(key) is entry:
+            del self._reads[key]  # delivered: fetches waiting on it hold the entry
         if entry.error is not None:
             raise entry.error
         return entry.result
 
-    def _start_read(self, p: TieredPartition, key: tuple[TopicPartition, int, int], offset: int,
+    def _start_read(self, p: TieredPartition, key: _ReadKey, offset: int,
                     max_bytes: int, min_one_batch: bool) -> _Read:
         pending = sum(1 for r in self._reads.values() if not r.done.is_set())
         if pending >= self.svc.reader_max_pending or self._nursery is None:
@@ -387,6 +397,7 @@ class RemoteLogManager:
             entry.finished_at = time.monotonic()
             svc.metrics.fetch_latency.observe(entry.finished_at - started)
             entry.done.set()
+            self._forget_old_reads()
 
     def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,
                      code: ErrorCode) -> KafkaApiError:
@@ -397,10 +408,16 @@ class RemoteLogManager:
         return KafkaApiError(code, str(exc))
 
     def _forget_old_reads(self) -> None:
+        """Parked results older than _RESULT_TTL_S, then the oldest beyond
+        _PARKED_MAX_BYTES, are dropped."""
         cutoff = time.monotonic() - _RESULT_TTL_S
-        for key, entry in list(self._reads.items()):
-            if entry.done.is_set() and entry.finished_at < cutoff:
-                del self._reads[key]
+        parked = sorted(((e.finished_at, k) for k, e in self._reads.items() if e.done.is_set()),
+                        key=lambda item: item[0])
+        total = sum(len(self._reads[k].result or b"") for _, k in parked)
+        for finished_at, key in parked:
+            if finished_at >= cutoff and total <= _PARKED_MAX_BYTES:
+                break
+            total -= len(self._reads.pop(key).result or b"")
 
     async def _ready_or_storage_error(self, p: TieredPartition) -> None:
         try:

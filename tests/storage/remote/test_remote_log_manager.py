@@ -258,3 +258,52 @@ async def test_reader_queue_bound_fails_fast(tmp_path):
             await s.rlm.read(("t", 0), 0, 1000, True, trio.current_time() + 5)
         nursery.cancel_scope.cancel()
     assert exc.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+async def test_an_empty_read_without_min_one_batch_does_not_stall_the_next_fetch(tmp_path):
+    # A fetch whose partition came after others (min_one_batch=False) and whose
+    # byte share is smaller than the batch gets nothing; the client's next
+    # fetch of the same offset and share, now first (min_one_batch=True), must
+    # get the batch at once, not the first fetch's empty answer again.
+    s = Setup(tmp_path)
+    s.produce(20)
+    await s.start()
+    await s.cycle()
+    first = s.rlmm.list_remote_log_segments(s.tip)[0].start_offset
+    async with trio.open_nursery() as nursery:
+        s.rlm._nursery = nursery
+        nothing = await s.rlm.read(("t", 0), first, 10, False, trio.current_time() + 5)
+        assert not nothing
+        data = await s.rlm.read(("t", 0), first, 10, True, trio.current_time() + 5)
+        assert data and offsets_of(data)[0] == first
+        nursery.cancel_scope.cancel()
+
+
+async def test_delivered_remote_results_are_not_kept(tmp_path):
+    # A finished read is parked only until a fetch takes it: results are not
+    # pinned in memory for tens of seconds after every read.
+    s = Setup(tmp_path)
+    s.produce(20)
+    await s.start()
+    await s.cycle()
+    async with trio.open_nursery() as nursery:
+        s.rlm._nursery = nursery
+        for md in s.rlmm.list_remote_log_segments(s.tip):
+            assert await s.rlm.read(("t", 0), md.start_offset, 10_000, True,
+                                    trio.current_time() + 5)
+        assert s.rlm._reads == {}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_zero_byte_share_starts_no_remote_read(tmp_path):
+    s = Setup(tmp_path)
+    s.produce(20)
+    await s.start()
+    await s.cycle()
+    first = s.rlmm.list_remote_log_segments(s.tip)[0].start_offset
+    async with trio.open_nursery() as nursery:
+        s.rlm._nursery = nursery
+        assert await s.rlm.read(("t", 0), first, 0, False, trio.current_time() + 5) is None
+        assert s.rlm._reads == {}
+        assert s.svc.metrics.fetch_requests.labels("t")._value.get() == 0
+        nursery.cancel_scope.cancel()
