@@ -52,10 +52,16 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 
 def tiered_row(bootstrap: str, topic: str, end: int) -> dict[str, Any] | None:
-    """The leader's row once everything but the active segment is tiered."""
+    """The leader's row once everything but the active segment is tiered.
+
+    The high watermark must be at the end too: a closed segment above it is
+    not yet a copy candidate (no lag), and would be copied a moment later.
+    """
     row = tiering_partition(bootstrap, topic)
     tiered = row["highest_tiered_offset"]
-    return row if tiered is not None and tiered >= 0 and row["copy_lag_segments"] == 0 else None
+    settled = row["high_watermark"] == row["log_end_offset"] == end
+    return row if (settled and tiered is not None and tiered >= 0
+                   and row["copy_lag_segments"] == 0) else None
 
 
 def hold_still(bootstrap: str, topic: str, tiered_before: int, until: float) -> int:
@@ -98,6 +104,8 @@ def scenario(control: Control, args: argparse.Namespace) -> None:
     control.pause_s3()
     paused_at = time.monotonic()
     try:
+        # A copy that finished while the pause took effect is not the outage's.
+        tiered_before = int(tiering_partition(control.bootstrap, topic)["highest_tiered_offset"])
         for round_no in range(args.rounds):
             batch = [value(topic, len(values) + i, args.record_size) for i in range(args.records)]
             first = len(values)
