@@ -34,6 +34,11 @@ from system_tests.messages import (
     verify_consumed,
 )
 
+# The messages carry fixed timestamps of 2024 (system_tests/messages.py): without
+# this, time retention (7 days) may delete them between produce and consume
+# whenever the broker's retention check runs mid-test.
+KEEP_OLD_RECORDS = {"retention.ms": "-1"}
+
 PARTITIONS = 3
 MESSAGE_COUNT = 200
 
@@ -98,7 +103,7 @@ def round_trip(
 @pytest.mark.parametrize("client", CLIENTS)
 def test_round_trip(broker: BrokerProcess, topic: str, client: str, codec: str) -> None:
     driver = DRIVERS[client]
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS, configs=KEEP_OLD_RECORDS)
     messages = make_messages(MESSAGE_COUNT, PARTITIONS, driver.profile)
     round_trip(broker, topic, driver, driver, messages, codec)
 
@@ -113,7 +118,7 @@ def cross_pairs() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(("producer", "consumer", "codec"), cross_pairs())
 def test_cross_client(broker: BrokerProcess, topic: str, producer: str, consumer: str, codec: str) -> None:
     produce_with, consume_with = DRIVERS[producer], DRIVERS[consumer]
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS, configs=KEEP_OLD_RECORDS)
     messages = make_messages(CROSS_MESSAGE_COUNT, PARTITIONS, produce_with.profile)
     round_trip(broker, topic, produce_with, consume_with, messages, codec)
 
@@ -123,7 +128,7 @@ def test_cross_client(broker: BrokerProcess, topic: str, producer: str, consumer
 def test_acks_modes(broker: BrokerProcess, topic: str, client: str, acks: str) -> None:
     """acks=0 and acks=1 deliver everything too (acks=all is covered above)."""
     driver = DRIVERS[client]
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS, configs=KEEP_OLD_RECORDS)
     messages = make_messages(CROSS_MESSAGE_COUNT, PARTITIONS, driver.profile)
     deliveries = driver.produce(broker.bootstrap, topic, messages, compression="lz4", acks=acks)
     if acks == "0":
@@ -136,7 +141,7 @@ def test_acks_modes(broker: BrokerProcess, topic: str, client: str, acks: str) -
 
 def test_kcat_metadata(broker: BrokerProcess, topic: str) -> None:
     """`kcat -L` sees the broker at its advertised address and the topic's partitions."""
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS, configs=KEEP_OLD_RECORDS)
     done = run_tool(["kcat", "-b", broker.bootstrap, "-L", "-J", "-m", "15"])
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     metadata = json.loads(done.stdout)

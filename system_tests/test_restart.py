@@ -15,6 +15,11 @@ from system_tests.clients import DRIVERS
 from system_tests.conftest import BrokerFactory
 from system_tests.messages import make_messages, verify_consumed
 
+# The messages carry fixed timestamps of 2024 (system_tests/messages.py): without
+# this, time retention (7 days) may delete them between produce and consume
+# whenever the broker's retention check runs mid-test.
+KEEP_OLD_RECORDS = {"retention.ms": "-1"}
+
 PARTITIONS = 2
 COUNT = 120
 
@@ -23,7 +28,7 @@ COUNT = 120
 def test_restart_keeps_acked_records(broker_factory: BrokerFactory, topic: str, hard: bool) -> None:
     broker = broker_factory()
     driver = DRIVERS["confluent"]
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, topic, PARTITIONS, configs=KEEP_OLD_RECORDS)
     first = make_messages(COUNT, PARTITIONS, driver.profile)
     first_deliveries = driver.produce(broker.bootstrap, topic, first, compression="zstd")
 
