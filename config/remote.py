@@ -79,6 +79,11 @@ TOPIC_DEFS: list[ConfigDef] = [
               "Stop copying new segments; remote data stays readable (KIP-950)."),
     ConfigDef("remote.log.delete.on.disable", T.BOOLEAN, False,
               "Delete remote data when tiering is turned off (KIP-950)."),
+    ConfigDef("tierd.remote.metadata.rebuilding", T.BOOLEAN, False,
+              "Set by `tierd admin rebuild-metadata --execute` while it republishes lost "
+              "remote segment metadata: the leaders neither copy nor expire the topic's "
+              "segments and take the log start, tier boundary and leader epochs from the "
+              "remote metadata, even below the current log start (followers follow)."),
 ]
 
 

@@ -100,6 +100,7 @@ class LogConfig:
     local_retention_bytes: int = -1
     remote_copy_disable: bool = False
     remote_delete_on_disable: bool = False
+    remote_metadata_rebuilding: bool = False
     min_insync_replicas: int = 1
     unclean_leader_election: bool = False
 
@@ -211,6 +212,7 @@ class TopicConfigs:
             else g("local.retention.bytes"),
             remote_copy_disable=g("remote.log.copy.disable"),
             remote_delete_on_disable=g("remote.log.delete.on.disable"),
+            remote_metadata_rebuilding=g("tierd.remote.metadata.rebuilding"),
             min_insync_replicas=g("min.insync.replicas"),
             unclean_leader_election=g("unclean.leader.election.enable"),
         )

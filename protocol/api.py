@@ -91,7 +91,7 @@ SUPPORTED: dict[int, ApiSpec] = {
         # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
         *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
         # tierd's own: where each partition's data lives (broker/handlers/tiering.py).
-        _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 0),
+        _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 1),
     )
 }
 

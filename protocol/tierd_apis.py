@@ -16,6 +16,9 @@ DescribeTiering v0:
               [Name, PartitionIndexes (empty = all of the topic)]
     response: per partition the broker hosts, its local view (role, offsets,
               local and remote sizes, copy lag, follower state).
+DescribeTiering v1: the response also says whether the topic's
+    tierd.remote.metadata.rebuilding is on in this broker's view (what
+    ``tierd admin rebuild-metadata`` waits for on every replica).
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from protocol.broker_apis import _f, _message
 DESCRIBE_TIERING_KEY = 32001
 
 DescribeTieringRequest: Any = _message(
-    "DescribeTieringRequest", DESCRIBE_TIERING_KEY, "request", "0", "0+", [
+    "DescribeTieringRequest", DESCRIBE_TIERING_KEY, "request", "0-1", "0+", [
         _f("Topics", "[]TopicRequest", nullableVersions="0+", fields=[
             _f("Name", "string"),
             _f("PartitionIndexes", "[]int32")])])
 
 DescribeTieringResponse: Any = _message(
-    "DescribeTieringResponse", DESCRIBE_TIERING_KEY, "response", "0", "0+", [
+    "DescribeTieringResponse", DESCRIBE_TIERING_KEY, "response", "0-1", "0+", [
         _f("ThrottleTimeMs", "int32"),
         _f("ErrorCode", "int16"),
         _f("NodeId", "int32"),
@@ -67,4 +70,5 @@ DescribeTieringResponse: Any = _message(
                 # Delayed; null on a leader.
                 _f("FollowerState", "string", nullableVersions="0+"),
                 _f("AuxStateFailures", "int32"),
-                _f("AuxStateError", "string", nullableVersions="0+")])])])
+                _f("AuxStateError", "string", nullableVersions="0+"),
+                _f("MetadataRebuilding", "bool", "1+", default="false")])])])

@@ -261,6 +261,13 @@ class ReplicaFetcher:
                 # The leader's log start moved (retention, remote expiration,
                 # DeleteRecords): what is below it is gone everywhere.
                 part.log.advance_log_start_offset(p.log_start_offset)
+            elif part.log.lower_log_start_offset(p.log_start_offset):
+                # A tiered log follows the leader's start down too: the leader
+                # took it back from rebuilt remote metadata (rebuild-metadata),
+                # and a replica keeping the higher start would, once leader,
+                # delete the remote data below it.
+                log.info("log start offset moved back with the leader's",
+                            topic=fp.tp[0], partition=fp.tp[1], log_start=p.log_start_offset)
         self.replicas.set_follower_high_watermark(fp.tp, p.high_watermark)
 
     def _diverged(self, fp: FollowerPartition, epoch: int, end_offset: int) -> None:

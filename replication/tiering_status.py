@@ -50,6 +50,7 @@ class PartitionTiering:
     follower_state: str | None = None
     aux_state_failures: int = 0
     aux_state_error: str | None = None
+    metadata_rebuilding: bool = False
 
 
 def describe(replicas: ReplicaManager, wanted: set[TopicPartition] | None,
@@ -74,6 +75,7 @@ def _one(replicas: ReplicaManager, part: Partition, info: FollowerInfo | None) -
         role="leader" if leader else "follower", leader_id=part.leader_id,
         leader_epoch=part.leader_epoch,
         remote_storage_enabled=bool(lg.config.remote_storage_enable),
+        metadata_rebuilding=bool(lg.config.remote_metadata_rebuilding),
         log_start_offset=lg.log_start_offset, local_log_start_offset=lg.local_log_start_offset,
         highest_tiered_offset=lg.highest_tiered_offset, high_watermark=part.high_watermark,
         log_end_offset=lg.end_offset, local_bytes=lg.size, local_segments=len(lg.segments))

@@ -20,6 +20,7 @@ Concurrency: not thread-safe; one test thread drives each object.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -577,3 +578,38 @@ def wait_tiered(broker: TierdProc, tier: RemoteTier, topic: str, segments: int,
                        f"local: {local_segment_bases(broker, topic, partition)}",
                timeout_s)
     return tier.log_objects(topic, partition)
+
+
+def make_tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
+    """The ``tier`` fixtures' body: ``request.param`` "fs" is a directory under
+    ``tmp_path``, "s3" a fresh bucket on the session's moto server (real HTTP;
+    the moto fixtures of ``system_tests.s3_fixtures`` must be in scope)."""
+    if request.param == "fs":
+        return FsTier(tmp_path / "remote")
+    moto = request.getfixturevalue("moto_server")
+    request.getfixturevalue("aws_test_env")
+    return S3Tier(moto.client(), request.getfixturevalue("s3_bucket"), moto.endpoint_url)
+
+
+def store_args(tier: RemoteTier) -> list[str]:
+    """``tierd admin`` options naming the broker's remote store (``--override k=v``)."""
+    return [arg for k, v in tier.broker_overrides().items() for arg in ("--override", f"{k}={v}")]
+
+
+# What a broker keeps of the remote log metadata (storage/remote/rlmm_snapshot.py).
+_METADATA_DIRS = "__remote_log_metadata-*"
+_RLMM_FILES = ("_rlmm_committed_offsets", "remote-log-metadata-snapshots")
+
+
+def lose_remote_metadata(data_dir: Path) -> None:
+    """Delete every trace of ``__remote_log_metadata`` from a stopped broker's log dir."""
+    dirs = list(data_dir.glob(_METADATA_DIRS))
+    assert dirs, sorted(p.name for p in data_dir.iterdir())
+    for path in dirs:
+        shutil.rmtree(path)
+    for name in _RLMM_FILES:
+        path = data_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

@@ -27,34 +27,39 @@ that orders the user partition's events (``metadata_partition``), acks=all
 and one request in flight so the two stay in order. A second run finds them
 in the metadata and publishes nothing.
 
-The brokers' metadata managers tail their metadata partitions every 100 ms
-(``rlmm.POLL_INTERVAL_S``) and fold the records at once, but a leader
-restores the tier boundary (highest tiered offset, epochs, log start) only
-when it starts leading the partition: restart the broker afterwards.
+Publishing is safe against the leaders' own tiering tasks: before it, the
+tool sets the tierd topic config ``tierd.remote.metadata.rebuilding`` on
+every topic it republishes, and waits until every replica reports it
+(DescribeTiering v1). While it is on, a leader neither copies nor expires
+the topic's remote segments, and each tiering run takes the log start,
+leader epochs and tier boundary from the metadata as it now is, moving the
+log start back to the earliest finished segment: a broker that lost the
+metadata moved it up to its local log start in its first tiering run, and
+without the hold would delete the republished segments below it. Followers
+of a tiered partition follow the leader's log start down as well as up.
+Once every replica that answers reports a log start at or below the
+earliest republished segment and the republished segment count, the config
+is removed. If the tool stops before that, the config stays on (nothing is
+expired meanwhile) and a rerun finishes the work; ``topics alter-configs
+--delete tierd.remote.metadata.rebuilding`` ends the hold by hand.
 
-Recovery procedure. A broker started with the metadata lost moves, in its
-first tiering run, the log start of every tiered partition up to the local
-log start (nothing older seems to exist) and checkpoints it; it cannot start
-with tiering off while topics have it on. So:
-
-1. restart the broker with ``remote.log.manager.task.interval.ms`` far
-   longer than the repair takes (after its first run, nothing expires);
-2. ``rebuild-metadata`` (dry run), then ``--execute --below-log-start``;
-3. stop the broker, remove the partitions' lines from
-   ``<log.dirs>/log-start-offset-checkpoint`` (a tiered log's start then
-   comes back from the metadata), and start it with the usual settings.
+Recovery procedure after ``__remote_log_metadata`` is lost: a dry run, then
+``--execute --below-log-start`` (every lost segment is below the log start
+by then). No restart is needed.
 
 Exit codes (``broker.admin.common``): 0 when every segment of the tier is in
 the metadata or was (or, dry run, would be) published; 4 when some could not
 be rebuilt (unreadable, incomplete, topic gone, below the log start); 1 when
-publishing failed.
+publishing failed or the replicas did not take the segments up in time.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -82,6 +87,7 @@ from broker.admin.remote_store import (
     scan_log,
     segment_key,
 )
+from broker.admin.tiering import collect
 from storage.log.checkpoint import parse_epochs
 from storage.remote.copier import segment_epochs
 from storage.remote.metadata_cache import RemoteLogSegmentMetadataUpdate
@@ -111,9 +117,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--execute", action="store_true",
                         help="publish the records (default: only print what would be published)")
     parser.add_argument("--below-log-start", action="store_true",
-                        help="also segments below the partition's log start offset (see the "
-                             "recovery procedure: the leader deletes them unless restarted "
-                             "with its log start reset first)")
+                        help="also segments below the partition's log start offset (the log "
+                             "start moves back to them; after a lost metadata topic, all are)")
+    parser.add_argument("--adopt-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="how long to wait for every replica to take up the republished "
+                             "segments (a leader does at its next tiering run; default 120)")
     parser.set_defaults(func=run)
 
 
@@ -333,6 +341,116 @@ def publish(args: Any, rows: list[Segment], num_partitions: int, bar: Any) -> No
         producer.close(timeout=args.timeout)
 
 
+# -- holding the leaders' tiering while publishing ---------------------------------
+
+REBUILDING = "tierd.remote.metadata.rebuilding"
+POLL_S = 0.5
+TopicPartition = tuple[str, int]
+
+
+def _count_by_partition(segments: Iterable[RemoteLogSegmentMetadata]) -> dict[TopicPartition, int]:
+    """Finished segments already in the metadata, by partition."""
+    out: dict[TopicPartition, int] = {}
+    for md in segments:
+        if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            tip = md.topic_id_partition
+            out[(tip.topic, tip.partition)] = out.get((tip.topic, tip.partition), 0) + 1
+    return out
+
+
+def republish(args: Any, rows: list[Segment], num_partitions: int,
+              known: dict[TopicPartition, int], bar: Any) -> bool:
+    """Hold the topics' tiering, publish ``rows``, wait for every replica to
+    take them up, release the hold. True when all of that happened; False
+    (the hold left on, a line on stderr saying so) when the replicas did not
+    take the segments up in time.
+
+    Raises:
+        AdminError: the hold could not be set or confirmed, or no broker reachable.
+    """
+    targets: dict[TopicPartition, tuple[int, int]] = {}
+    for row in rows:
+        topic, _, partition = row.partition.rpartition("-")
+        tp = (topic, int(partition))
+        start, count = targets.get(tp, (row.start_offset, known.get(tp, 0)))
+        targets[tp] = (min(start, row.start_offset), count + 1)
+    topics = sorted({tp[0] for tp in targets})
+    _set_hold(args, topics, hold=True)
+    _wait_replicas(args, topics, "the rebuild hold to reach every replica",
+                   lambda tp, r: bool(r["metadata_rebuilding"]), args.timeout * 4, bar)
+    publish(args, rows, num_partitions, bar)
+    published = {(r.partition.rpartition("-")[0], int(r.partition.rpartition("-")[2]))
+                 for r in rows if r.action == "published"}
+
+    def adopted(tp: TopicPartition, r: dict[str, Any]) -> bool:
+        if tp not in published:
+            return True
+        start, count = targets[tp]
+        return r["log_start_offset"] <= start and r["remote_segments"] >= count
+
+    try:
+        _wait_replicas(args, [t for t in topics if any(tp[0] == t for tp in published)],
+                       "every replica to take up the republished segments", adopted,
+                       args.adopt_timeout, bar)
+    except AdminError as exc:
+        print(f"tierd-admin: {exc}; {REBUILDING} stays on for {', '.join(topics)} (nothing is "
+              "expired meanwhile): run again, or delete the config to end the hold",
+              file=sys.stderr)
+        return False
+    _set_hold(args, topics, hold=False)
+    return True
+
+
+def _set_hold(args: Any, topics: list[str], hold: bool) -> None:
+    """Set (or delete) ``tierd.remote.metadata.rebuilding`` on ``topics``.
+
+    Raises:
+        AdminError: a topic refused the change.
+    """
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaError
+
+    op = ("SET", "true") if hold else ("DELETE", None)
+    resources = [ConfigResource(ConfigResourceType.TOPIC, t, {REBUILDING: op}) for t in topics]
+    with admin_client(args) as client:
+        try:
+            response = client.alter_configs(resources, raise_on_unknown=False, incremental=True)
+        except KafkaError as exc:
+            raise AdminError(f"{'setting' if hold else 'removing'} {REBUILDING} failed: "
+                             f"{exc}") from None
+    refused = {t: r for t, r in response["topic"].items() if r != "OK"}
+    if refused:
+        raise AdminError(f"{'setting' if hold else 'removing'} {REBUILDING} refused: {refused}")
+
+
+def _wait_replicas(args: Any, topics: list[str], what: str,
+                   done: Callable[[TopicPartition, dict[str, Any]], bool],
+                   timeout_s: float, bar: Any) -> None:
+    """Poll DescribeTiering on every broker until ``done`` holds for every
+    replica of every partition of ``topics`` that answers.
+
+    Raises:
+        AdminError: not so within ``timeout_s``.
+    """
+    if not topics:
+        return
+    task = bar.add_task(f"waiting for {what}", total=None)
+    deadline = time.monotonic() + timeout_s
+    pending: list[str] = []
+    with admin_client(args) as client:
+        while True:
+            snap = collect(client, topics)
+            pending = [f"{t}-{p}@{node}" for (t, p), replicas in sorted(snap.replicas.items())
+                       for node, r in sorted(replicas.items()) if not done((t, p), r)]
+            if snap.replicas and not pending:
+                bar.remove_task(task)
+                return
+            if time.monotonic() > deadline:
+                raise AdminError(f"timed out waiting for {what}: "
+                                 f"{', '.join(pending) or 'no replica answered'}")
+            time.sleep(POLL_S)
+
+
 # -- the command ----------------------------------------------------------------
 
 COLUMNS = (Column("partition", "PARTITION"), Column("segment", "SEGMENT"),
@@ -358,11 +476,14 @@ def run(args: Any) -> int:
             for row in ready:
                 row.action = "would publish"
             if args.execute and ready:
-                publish(args, ready, view.partitions, bar)
+                adopted = republish(args, ready, view.partitions,
+                                    _count_by_partition(view.segments()), bar)
     finally:
         rsm.close()
     report(args, rows + skipped, len(known))
     if any(r.action.startswith("publish failed") for r in ready):
+        return EXIT_FAILED
+    if args.execute and ready and not adopted:
         return EXIT_FAILED
     return EXIT_FINDINGS if any(r.metadata is None for r in rows + skipped) else EXIT_OK
 

@@ -128,6 +128,8 @@ def collect(client: Any, topics: list[str]) -> Snapshot:
                     continue
                 answered_topics.add(topic.name)
                 row = {name: getattr(p, name) for name in _REPLICA_FIELDS}
+                # v1 on: the topic's metadata is being rebuilt (rebuild-metadata).
+                row["metadata_rebuilding"] = bool(getattr(p, "metadata_rebuilding", False))
                 row["state"] = p.follower_state or ("Leading" if p.role == "leader" else None)
                 row["leader_id"] = p.leader_id
                 snap.replicas.setdefault((topic.name, p.partition_index), {})[node] = row

@@ -56,7 +56,8 @@ def _partition(cls: Any, r: PartitionTiering) -> Any:
                local_segments=r.local_segments, copy_lag_bytes=r.copy_lag_bytes,
                copy_lag_segments=r.copy_lag_segments, remote_bytes=r.remote_bytes,
                remote_segments=r.remote_segments, follower_state=r.follower_state,
-               aux_state_failures=r.aux_state_failures, aux_state_error=r.aux_state_error)
+               aux_state_failures=r.aux_state_failures, aux_state_error=r.aux_state_error,
+               metadata_rebuilding=r.metadata_rebuilding)
 
 
 def _unknown(cls: Any, index: int) -> Any:
@@ -65,7 +66,8 @@ def _unknown(cls: Any, index: int) -> Any:
                log_start_offset=-1, local_log_start_offset=-1, highest_tiered_offset=-1,
                high_watermark=-1, log_end_offset=-1, local_bytes=-1, local_segments=-1,
                copy_lag_bytes=-1, copy_lag_segments=-1, remote_bytes=-1, remote_segments=-1,
-               follower_state=None, aux_state_failures=0, aux_state_error=None)
+               follower_state=None, aux_state_failures=0, aux_state_error=None,
+               metadata_rebuilding=False)
 
 
 HANDLERS = {DescribeTieringRequest.API_KEY: handle_describe_tiering}

@@ -613,6 +613,16 @@ class Log:
             self.epochs.truncate_from_start(self.log_start_offset)
             self._delete_segments_below_start()
 
+    def lower_log_start_offset(self, offset: int) -> bool:
+        """Move a tiered log's start back to ``offset`` (never above the local
+        log start): only when lost remote metadata is rebuilt and the log start
+        had moved past data the remote tier still holds. True if it moved."""
+        offset = min(offset, self.local_log_start_offset)
+        if not self.config.remote_storage_enable or offset < 0 or offset >= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        return True
+
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or above ``offset`` (follower divergence)."""
         if offset >= self.end_offset:

@@ -164,6 +164,23 @@ class RemoteLogManager:
                                           highest_remote_offset(self.svc.rlmm, p.tip, p.log))
         sync_log_start(p, finished)
 
+    def _adopt_rebuilt_metadata(self, p: TieredPartition) -> None:
+        """While ``tierd.remote.metadata.rebuilding`` is on (``tierd admin
+        rebuild-metadata``): nothing is copied or expired, and the log takes
+        its start, leader epochs and tier boundary from the metadata as it is
+        now, the start moving back to the earliest finished segment if a
+        broker that had lost the metadata had moved it past them."""
+        finished = [m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        if not finished:
+            return
+        lg = p.log
+        before = lg.log_start_offset
+        if lg.lower_log_start_offset(min(m.start_offset for m in finished)):
+            log.warning("log start offset moved back to the rebuilt remote metadata",
+                        partition=str(p.tip), old=before, new=lg.log_start_offset)
+        self._restore(p)
+
     def stop_partition(self, tp: TopicPartition) -> None:
         self.followers.pop(tp, None)
         p = self.partitions.pop(tp, None)
@@ -268,6 +285,9 @@ class RemoteLogManager:
             return  # the removal runs after this cycle
         except Exception as exc:
             log.warning("remote metadata not ready", partition=str(p.tip), error=str(exc))
+            return
+        if p.log.config.remote_metadata_rebuilding:
+            self._adopt_rebuilt_metadata(p)
             return
         now = self.svc.clock()
         if not p.cancelled and p.copy_backoff.ready(now):

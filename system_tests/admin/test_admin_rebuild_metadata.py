@@ -7,22 +7,20 @@ offsets. Started again, it has forgotten the tier: offset 0 is out of
 range and its log start has moved up to the local log. Then the recovery
 procedure of ``broker.admin.rebuild_metadata``:
 
-* without ``--below-log-start`` the tool refuses every segment (exit 4):
-  the leader would delete them;
-* restarted with an hour-long tiering interval, a dry run lists every
+* without ``--below-log-start`` the tool refuses every segment (exit 4);
+* with the broker tiering every 200 ms all along, a dry run lists every
   tiered segment (exact offsets and sizes) and publishes nothing, and
-  ``--execute`` publishes them (exit 0);
-* restarted with the partition dropped from ``log-start-offset-checkpoint``
-  and the usual settings, the broker serves every record from offset 0
-  (exact values), ``reconcile`` is clean, the store still holds every
-  segment, and a second ``--execute`` publishes nothing;
+  ``--execute --below-log-start`` publishes them (exit 0) under the
+  rebuild hold;
+* without a restart the broker serves every record from offset 0 (exact
+  values), the hold is gone, ``reconcile`` is clean, the store still holds
+  every segment, and a second ``--execute`` publishes nothing;
 * objects of a topic the cluster does not have are reported (exit 4), not
   published.
 """
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,21 +29,14 @@ import pytest
 
 from storage.remote.naming import uuid_str
 from system_tests.admin.tool import Result, run_admin
-from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
-    MotoServer,
-    aws_test_env,
-    moto_server,
-    s3_bucket,
-)
 from system_tests.tiered_helpers import (
     EARLIEST,
     OFFSET_OUT_OF_RANGE,
-    TIERED_BROKER_OVERRIDES,
-    FsTier,
+        FsTier,
     RemoteTier,
-    S3Tier,
     create_tiered_topic,
     fetch_until_answer,
+    lose_remote_metadata,
     numbered_batches,
     offset_for,
     produce_batches,
@@ -53,6 +44,7 @@ from system_tests.tiered_helpers import (
     read_all,
     read_metadata,
     start_tiered,
+    store_args,
     wait_tiered,
 )
 
@@ -61,56 +53,13 @@ BATCHES = 6
 PER_BATCH = 3
 TIERED = BATCHES - 1
 EXIT_OK, EXIT_FINDINGS = 0, 4
-# What the broker keeps of the remote log metadata (storage/remote/rlmm_snapshot.py).
-METADATA_DIRS = "__remote_log_metadata-*"
-RLMM_FILES = ("_rlmm_committed_offsets", "remote-log-metadata-snapshots")
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-TASK_INTERVAL = "remote.log.manager.task.interval.ms"
-# An hour: the broker's tiering tasks run once at start-up, then not during the repair.
-REPAIR_INTERVAL_MS = 3_600_000
-
-
-@pytest.fixture(params=("fs", "s3"))
-def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
-    """The broker's remote tier: a directory, or a fresh bucket on moto."""
-    if request.param == "fs":
-        return FsTier(tmp_path / "remote")
-    moto: MotoServer = request.getfixturevalue("moto_server")
-    request.getfixturevalue("aws_test_env")
-    return S3Tier(moto.client(), request.getfixturevalue("s3_bucket"), moto.endpoint_url)
-
-
-def _store_args(tier: RemoteTier) -> list[str]:
-    return [arg for k, v in tier.broker_overrides().items() for arg in ("--override", f"{k}={v}")]
+REBUILDING = "tierd.remote.metadata.rebuilding"
 
 
 def _rebuild(bootstrap: str, store: list[str], *extra: str) -> tuple[Result, Any]:
     res = run_admin(bootstrap, "--json", "rebuild-metadata", *store, *extra)
     assert res.returncode in (EXIT_OK, EXIT_FINDINGS), res.stderr
     return res, res.json()
-
-
-def _lose_metadata(data_dir: Path) -> None:
-    """Delete every trace of ``__remote_log_metadata`` from a stopped broker's log dir."""
-    dirs = list(data_dir.glob(METADATA_DIRS))
-    assert dirs, sorted(p.name for p in data_dir.iterdir())
-    for path in dirs:
-        shutil.rmtree(path)
-    for name in RLMM_FILES:
-        path = data_dir / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-
-
-def _forget_log_start(data_dir: Path, topic: str) -> None:
-    """Drop ``topic``'s entries from the log start checkpoint (version, count, entries)."""
-    path = data_dir / LOG_START_CHECKPOINT
-    version, _, *entries = path.read_text().splitlines()
-    kept = [e for e in entries if e.split()[0] != topic]
-    assert len(kept) < len(entries), entries
-    path.write_text("\n".join([version, str(len(kept)), *kept]) + "\n")
 
 
 def test_rebuild_restores_every_tiered_record(request: pytest.FixtureRequest, tmp_path: Path,
@@ -123,10 +72,10 @@ def test_rebuild_restores_every_tiered_record(request: pytest.FixtureRequest, tm
         bases = produce_batches(client, topic, 0, batches)
     logs = wait_tiered(broker, tier, topic, TIERED)
     sizes = {tier.start_offset_of(n): len(tier.read(n)) for n in logs}
-    store = _store_args(tier)
+    store = store_args(tier)
 
     assert broker.stop() == 0
-    _lose_metadata(broker.data_dir)
+    lose_remote_metadata(broker.data_dir)
     broker.start()
     with raw(broker) as client:
         lost = fetch_until_answer(client, topic, 0, 0)
@@ -139,12 +88,8 @@ def test_rebuild_restores_every_tiered_record(request: pytest.FixtureRequest, tm
     assert len(refused["segments"]) == TIERED and refused["publishable"] == 0
     assert all(s["action"].startswith("skipped: below the log start") for s in refused["segments"])
 
-    # Step 1: a tiering interval longer than the repair (only the start-up run happens).
-    assert broker.stop() == 0
-    broker.overrides[TASK_INTERVAL] = str(REPAIR_INTERVAL_MS)
-    broker.start()
-
-    # Step 2: dry run, then publish.
+    # A dry run lists every tiered segment (the broker keeps tiering meanwhile,
+    # every few hundred ms), then publishing with the hold in place.
     res, dry = _rebuild(broker.bootstrap, store, "--below-log-start")
     assert res.returncode == EXIT_OK, res.stdout
     assert dry["execute"] is False and dry["published"] == 0
@@ -159,16 +104,17 @@ def test_rebuild_restores_every_tiered_record(request: pytest.FixtureRequest, tm
     assert done["published"] == TIERED
     assert {s["action"] for s in done["segments"]} == {"published"}
 
-    # Step 3: the log start comes back from the rebuilt metadata.
-    assert broker.stop() == 0
-    _forget_log_start(broker.data_dir, topic)
-    broker.overrides[TASK_INTERVAL] = TIERED_BROKER_OVERRIDES[TASK_INTERVAL]
-    broker.start()
+    # No restart: the log start came back with the metadata, the hold is gone,
+    # and the leader's tiering runs on without deleting what was republished.
     with raw(broker) as client:
-        assert [r for _, r in read_all(client, topic)] == expected
         assert offset_for(client, topic, EARLIEST) == 0
+        assert [r for _, r in read_all(client, topic)] == expected
         assert sorted(s.start_offset for s in read_metadata(client, topic).finished()) \
             == bases[:-1]
+    configs = run_admin(broker.bootstrap, "--json", "topics", "describe-configs", topic)
+    assert configs.returncode == EXIT_OK, configs.stderr
+    assert REBUILDING not in {c["name"] for c in configs.json()}, configs.stdout
+    assert set(tier.log_objects(topic)) == set(logs)
 
     res = run_admin(broker.bootstrap, "--json", "reconcile", *store)
     assert res.returncode == EXIT_OK, res.stdout

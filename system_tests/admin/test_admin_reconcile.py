@@ -27,16 +27,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from storage.remote.naming import uuid_str
 from system_tests.admin.tool import Result, run_admin
-from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
-    MotoServer,
-    aws_test_env,
-    moto_server,
-    s3_bucket,
-)
 from system_tests.tiered_helpers import (
     FsTier,
     RemoteTier,
-    S3Tier,
     create_tiered_topic,
     numbered_batches,
     produce_batches,
@@ -52,16 +45,6 @@ TIERED = BATCHES - 1
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FINDINGS = 0, 2, 3, 4
 # Bound for the consumer reading the topic back.
 CONSUME_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(params=("fs", "s3"))
-def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
-    """The broker's remote tier: a directory, or a fresh bucket on moto."""
-    if request.param == "fs":
-        return FsTier(tmp_path / "remote")
-    moto: MotoServer = request.getfixturevalue("moto_server")
-    request.getfixturevalue("aws_test_env")
-    return S3Tier(moto.client(), request.getfixturevalue("s3_bucket"), moto.endpoint_url)
 
 
 def _store_args(tier: RemoteTier, tmp_path: Path) -> list[str]:

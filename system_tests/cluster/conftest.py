@@ -17,7 +17,7 @@ from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
     moto_server,
     s3_bucket,
 )
-from system_tests.tiered_helpers import FsTier, RemoteTier, S3Tier
+from system_tests.tiered_helpers import RemoteTier, make_tier
 from system_tests.zkserver import ZooKeeperServer
 
 
@@ -43,9 +43,4 @@ def cluster(request: pytest.FixtureRequest, zookeeper: ZooKeeperServer,
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
     """The remote tier every broker of the cluster shares: one directory, or one
     bucket on the session's moto server (real HTTP)."""
-    if request.param == "fs":
-        return FsTier(tmp_path / "remote")
-    moto: MotoServer = request.getfixturevalue("moto_server")
-    request.getfixturevalue("aws_test_env")
-    bucket = request.getfixturevalue("s3_bucket")
-    return S3Tier(moto.client(), bucket, moto.endpoint_url)
+    return make_tier(request, tmp_path)

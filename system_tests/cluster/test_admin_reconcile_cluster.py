@@ -13,15 +13,15 @@ from storage.remote.naming import uuid_str
 from system_tests.admin.tool import run_admin
 from system_tests.cluster.cluster import Cluster, wait_for
 from system_tests.cluster.test_tiered_replicas import local_bases, produce, tiered_config
-from system_tests.tiered_helpers import ONE_BATCH_PER_SEGMENT, RemoteTier
+from system_tests.tiered_helpers import ONE_BATCH_PER_SEGMENT, RemoteTier, store_args
 
 RECORDS = 20
 EXIT_OK, EXIT_FINDINGS = 0, 4
 
 
 def reconcile(cluster: Cluster, tier: RemoteTier, *extra: str) -> tuple[int, Any]:
-    store = [arg for k, v in tier.broker_overrides().items() for arg in ("--override", f"{k}={v}")]
-    res = run_admin(",".join(cluster.bootstrap()), "--json", "reconcile", *store, *extra)
+    res = run_admin(",".join(cluster.bootstrap()), "--json", "reconcile", *store_args(tier),
+                    *extra)
     assert res.returncode in (EXIT_OK, EXIT_FINDINGS), res.stderr
     return res.returncode, res.json()
 

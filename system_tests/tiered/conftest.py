@@ -22,7 +22,7 @@ from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
     moto_server,
     s3_bucket,
 )
-from system_tests.tiered_helpers import FsTier, RemoteTier, S3Tier
+from system_tests.tiered_helpers import RemoteTier, S3Tier, make_tier
 
 RSM_KINDS = ("fs", "s3")
 
@@ -30,12 +30,7 @@ RSM_KINDS = ("fs", "s3")
 @pytest.fixture(params=RSM_KINDS)
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteTier:
     """The remote tier of the test's broker: a directory, or a fresh S3 bucket."""
-    if request.param == "fs":
-        return FsTier(tmp_path / "remote")
-    moto: MotoServer = request.getfixturevalue("moto_server")
-    request.getfixturevalue("aws_test_env")
-    bucket = request.getfixturevalue("s3_bucket")
-    return S3Tier(moto.client(), bucket, moto.endpoint_url)
+    return make_tier(request, tmp_path)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -443,6 +444,25 @@ def test_truncate_below_the_local_log_start_of_a_tiered_log(env):
     assert (lg.log_start_offset, lg.local_log_start_offset, lg.end_offset) == (0, 12, 12)
     assert lg.epochs.entries == [] and lg.size == 0
     assert produce(lg, [b"x"]).first_offset == 12
+
+
+def test_a_tiered_log_start_moves_back_only_down_to_its_local_start(env):
+    # Rebuilt remote metadata: the start goes back below the local log, never
+    # above what it is, never above the local start, never on an untiered log.
+    lg = env.open(config={"segment_bytes": 400, "remote_storage_enable": True})
+    fill(lg, 20)
+    local_start = lg.segments[-2].base_offset
+    lg.advance_log_start_offset(local_start)
+    assert lg.log_start_offset == local_start
+
+    assert not lg.lower_log_start_offset(local_start + 1)
+    assert not lg.lower_log_start_offset(-1)
+    assert lg.lower_log_start_offset(3)
+    assert (lg.log_start_offset, lg.local_log_start_offset) == (3, local_start)
+    assert not lg.lower_log_start_offset(3)
+
+    lg.config = dataclasses.replace(lg.config, remote_storage_enable=False)
+    assert not lg.lower_log_start_offset(0) and lg.log_start_offset == 3
 
 
 # -- timestamps ------------------------------------------------------------------------
