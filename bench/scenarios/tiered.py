@@ -2,8 +2,11 @@
 latency with tiering on vs off. tierd only - Tansu has no tiered storage, so its
 rounds report nothing here and the figures to read are tierd's own ratios.
 
-One case per remote storage manager (``fs``: a directory; ``s3``: a bucket on a
-moto server on loopback, over real HTTP). For each, in each round:
+One case per remote tier: ``fs`` (a directory), ``s3`` (a bucket on a moto server
+on loopback, over real HTTP) and ``s3-model`` (the same, but behind
+system_tests/s3_model.py's S3ModelProxy: 30 ms to first byte and 80 MB/s per
+connection, as AWS S3 serves; it also reports how many GETs the cold read made
+and GETs per MiB delivered). For each, in each round:
 
 1. A tierd with tiering on (its own process, beside the round's plain broker) and
    two topics with the same ``segment.bytes``: ``cold`` (remote.storage.enable=true,
@@ -19,8 +22,8 @@ moto server on loopback, over real HTTP). For each, in each round:
    uniqueness and every value's CRC-32: ``cold`` comes from the remote tier (all
    but its active segment), ``hot`` from local disk. cold/hot is the ratio of MB/s.
 
-Everything started here (brokers, moto, the remote directory) is stopped or removed
-before the case returns, on errors too.
+Everything started here (brokers, moto, the proxy, the remote directory) is stopped
+or removed before the case returns, on errors too.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -52,8 +57,14 @@ from bench.registry import Scenario, ScenarioContext, register
 from bench.results import CaseResult, MetricSpec
 from bench.stats import percentile
 
+if TYPE_CHECKING:
+    from system_tests.s3_model import S3ModelProxy, S3ModelStats
+
 NAME = "tiered"
-RSMS = ("fs", "s3")
+# The remote tiers, one case each: a directory, moto, moto behind the S3 model.
+RSMS = ("fs", "s3", "s3-model")
+S3_RSMS = frozenset({"s3", "s3-model"})
+MIB = 1 << 20
 SIZE = 1024
 # Bulk values per topic before --scale: 40 MB of 1 KiB values, ~40 remote segments.
 BULK_COUNT = 40_000
@@ -108,10 +119,23 @@ METRICS = (
     MetricSpec("p50_off_ms", "produce p50, tiering off", "ms", False, "{:,.2f}"),
     MetricSpec("p99_off_ms", "produce p99, tiering off", "ms", False, "{:,.2f}"),
     MetricSpec("p99_on_off_ratio", "produce p99 on/off", "x", False, "{:,.3f}"),
+    MetricSpec("cold_gets", "S3 GETs during cold read", "GETs", False, "{:,.0f}",
+               cases="s3-model-*"),
+    MetricSpec("cold_gets_per_mib", "S3 GETs per MiB delivered", "GET/MiB", False, "{:,.2f}",
+               cases="s3-model-*"),
 )
 
 
 # -- what each case starts ---------------------------------------------------------
+
+
+@dataclass
+class RemoteTier:
+    """The broker settings of a case's remote tier, and the S3 model in front of
+    it (``s3-model`` only), whose counters the case reports."""
+
+    settings: dict[str, str]
+    model: S3ModelProxy | None = None
 
 
 @contextmanager
@@ -127,30 +151,50 @@ def moto_endpoint(log_path: Path) -> Iterator[tuple[str, str]]:
         server.stop()
 
 
+def s3_settings(endpoint: str, bucket: str) -> dict[str, str]:
+    """Broker settings selecting the S3 RSM on ``bucket`` at ``endpoint``."""
+    return {
+        "remote.log.storage.manager.class.name": "s3",
+        "rsm.config.bucket": bucket,
+        "rsm.config.prefix": "bench/",
+        "rsm.config.region": "us-east-1",
+        "rsm.config.endpoint.url": endpoint,
+    }
+
+
 @contextmanager
-def remote_tier(rsm: str, log_dir: Path) -> Iterator[dict[str, str]]:
-    """Broker settings for ``rsm``; whatever backs it is removed afterwards."""
+def open_remote_tier(rsm: str, log_dir: Path) -> Iterator[RemoteTier]:
+    """The remote tier for ``rsm``; whatever backs it is removed afterwards."""
     if rsm == "fs":
         root = Path(tempfile.mkdtemp(prefix="bench-tiered-remote-"))
         try:
-            yield {"rsm.config.dir": str(root)}
+            yield RemoteTier({"rsm.config.dir": str(root)})
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return
     with moto_endpoint(log_dir / "moto.log") as (endpoint, bucket):
-        yield {
-            "remote.log.storage.manager.class.name": "s3",
-            "rsm.config.bucket": bucket,
-            "rsm.config.prefix": "bench/",
-            "rsm.config.region": "us-east-1",
-            "rsm.config.endpoint.url": endpoint,
-        }
+        if rsm == "s3":
+            yield RemoteTier(s3_settings(endpoint, bucket))
+            return
+        from system_tests.s3_model import s3_model_proxy  # default: 30 ms, 80 MB/s
+
+        moto_port = urllib.parse.urlsplit(endpoint).port
+        assert moto_port is not None
+        with s3_model_proxy(moto_port) as model:
+            yield RemoteTier(s3_settings(model.endpoint_url, bucket), model)
+
+
+@contextmanager
+def remote_tier(rsm: str, log_dir: Path) -> Iterator[dict[str, str]]:
+    """Broker settings for ``rsm``; whatever backs it is removed afterwards."""
+    with open_remote_tier(rsm, log_dir) as remote:
+        yield remote.settings
 
 
 def tiered_spec(ctx: ScenarioContext, rsm: str, settings: dict[str, str]) -> BrokerSpec:
     """The round's tierd command with tiering on over ``rsm``."""
     base = tierd_spec(ctx.config)
-    env = AWS_TEST_ENV if rsm == "s3" else ()
+    env = AWS_TEST_ENV if rsm in S3_RSMS else ()
     return base.with_overrides(f"{base.label} (tiered, {rsm})",
                                {**TIERED_OVERRIDES, **settings}, env)
 
@@ -270,6 +314,13 @@ def read_all(bootstrap: str, topic: str, payloads: PayloadSet, idle_timeout: flo
     return ReadOutcome(elapsed, verifier, errors, first_error)
 
 
+def record_model_reads(result: CaseResult, stats: S3ModelStats) -> None:
+    """The S3 model's view of the cold read: how many GETs, and GETs per MiB."""
+    mib = stats.bytes_sent / MIB
+    result.metrics["cold_gets"] = float(stats.gets)
+    result.metrics["cold_gets_per_mib"] = stats.gets / mib if mib else float("nan")
+
+
 # -- one case ----------------------------------------------------------------------
 
 
@@ -283,8 +334,8 @@ def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
     hot = ctx.topic_name(NAME, f"{rsm}-hot")
     log_dir = config.log_dir / f"tiered-{rsm}-round{ctx.round + 1}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    with remote_tier(rsm, log_dir) as settings, BrokerProcess(
-            tiered_spec(ctx, rsm, settings), log_dir / "tierd.log",
+    with open_remote_tier(rsm, log_dir) as remote, BrokerProcess(
+            tiered_spec(ctx, rsm, remote.settings), log_dir / "tierd.log",
             config.startup_timeout) as broker:
         wait_metadata_ready(broker.bootstrap, config.startup_timeout)
         segment = {"segment.bytes": str(SEGMENT_BYTES)}
@@ -312,7 +363,12 @@ def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
                           for p in range(config.partitions))
         result.metrics["remote_pct"] = 100.0 * local_start / payloads.count
         for topic, side in ((cold, "cold"), (hot, "hot")):
+            model = remote.model if side == "cold" else None
+            if model is not None:
+                model.reset_stats()
             outcome = read_all(broker.bootstrap, topic, payloads, config.idle_timeout)
+            if model is not None:
+                record_model_reads(result, model.stats())
             secs = max(outcome.elapsed, 1e-9)
             result.metrics[f"{side}_msgs_s"] = outcome.verifier.unique / secs
             result.metrics[f"{side}_mb_s"] = outcome.verifier.unique * SIZE / secs / 1e6
@@ -328,8 +384,16 @@ def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
     m["messages"] = float(payloads.count)
 
 
+def model_reads_text(metrics: dict[str, float]) -> str:
+    """The S3 model's GET figures for the progress line ('' for other cases)."""
+    if "cold_gets" not in metrics:
+        return ""
+    return (f"; cold read {metrics['cold_gets']:,.0f} GETs, "
+            f"{metrics['cold_gets_per_mib']:.2f} GETs/MiB")
+
+
 def run(ctx: ScenarioContext) -> list[CaseResult]:
-    """Both RSM cases on tierd; nothing on Tansu (it has no tiered storage)."""
+    """Every remote-tier case on tierd; nothing on Tansu (it has no tiered storage)."""
     if ctx.broker.spec.name != "tierd":
         ctx.log(f"{NAME}: skipped ({ctx.broker.spec.label} has no tiered storage)")
         return []
@@ -345,7 +409,7 @@ def run(ctx: ScenarioContext) -> list[CaseResult]:
             ctx.log(f"{NAME} {case}: cold {m['cold_mb_s']:.1f} MB/s, hot {m['hot_mb_s']:.1f} "
                     f"MB/s (cold/hot {m['cold_hot_ratio']:.2f}); produce p99 on "
                     f"{m['p99_on_ms']:.2f} ms, off {m['p99_off_ms']:.2f} ms"
-                    f"{'' if result.verified else ' NOT VERIFIED'}")
+                    f"{model_reads_text(m)}{'' if result.verified else ' NOT VERIFIED'}")
         except Exception as exc:  # noqa: BLE001 - record and go on with the next case
             result.error = f"{type(exc).__name__}: {exc}"
             ctx.log(f"{NAME} {case}: ERROR {result.error}")
@@ -356,8 +420,9 @@ def run(ctx: ScenarioContext) -> list[CaseResult]:
 SCENARIO = register(
     Scenario(
         name=NAME,
-        description="tierd only: cold read (remote, fs and S3/moto) vs hot read (local), "
-        "produce p99 with tiering on vs off (1 KiB, acks=all)",
+        description="tierd only: cold read (remote: fs, S3/moto, S3/moto behind a 30 ms, "
+        "80 MB/s S3 model) vs hot read (local), produce p99 with tiering on vs off "
+        "(1 KiB, acks=all)",
         run=run,
         metrics=METRICS,
         order=30,
