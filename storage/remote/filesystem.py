@@ -32,6 +32,7 @@ from storage.remote.naming import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
     LOG_SUFFIX,
+    segment_manifest,
     segment_sources,
     segment_stem,
     uuid_str,
@@ -99,7 +100,8 @@ class FileSystemRemoteStorageManager:
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
                               data: LogSegmentData) -> bytes | None:
-        """See RemoteStorageManager.copy_log_segment_data. Returns None."""
+        """See RemoteStorageManager.copy_log_segment_data. Returns the
+        segment's manifest (``naming.segment_manifest``)."""
         started = time.monotonic()
         directory = self.partition_dir(metadata.topic_id_partition)
         try:
@@ -116,7 +118,7 @@ class FileSystemRemoteStorageManager:
         log.debug("copied segment to filesystem tier", segment=str(metadata.remote_log_segment_id),
                   bytes=metadata.segment_size_in_bytes,
                   duration_ms=round((time.monotonic() - started) * 1000, 1))
-        return None
+        return segment_manifest(data)
 
     # -- fetch --------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.lineage import highest_remote_offset, restore_remote_epochs
 from storage.remote.metrics import BusyTracker, RemoteMetrics
+from storage.remote.naming import lacks_txn_index
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
 from storage.remote.remover import PartitionRemover, Removal
@@ -481,6 +482,8 @@ class RemoteLogManager:
         if cached is not None:
             self._txn_entries.move_to_end(key)
             return cached
+        if lacks_txn_index(md):
+            return []  # its manifest says so: no GET (most segments)
         try:
             data = await trio.to_thread.run_sync(self.svc.rsm.fetch_index, md,
                                                  IndexType.TRANSACTION,

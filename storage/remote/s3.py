@@ -52,6 +52,7 @@ from storage.remote.naming import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
     LOG_SUFFIX,
+    segment_manifest,
     segment_sources,
     segment_stem,
     uuid_str,
@@ -184,7 +185,8 @@ class S3RemoteStorageManager:
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
                               data: LogSegmentData) -> bytes | None:
-        """See RemoteStorageManager.copy_log_segment_data. Returns None."""
+        """See RemoteStorageManager.copy_log_segment_data. Returns the
+        segment's manifest (``naming.segment_manifest``)."""
         started = time.monotonic()
         try:
             check_log_size(metadata, data.log_segment)
@@ -200,7 +202,7 @@ class S3RemoteStorageManager:
         log.debug("copied segment to s3", segment=str(metadata.remote_log_segment_id),
                   bytes=metadata.segment_size_in_bytes,
                   duration_ms=round((time.monotonic() - started) * 1000, 1))
-        return None
+        return segment_manifest(data)
 
     def _upload_file(self, key: str, path: StrPath) -> None:
         try:

@@ -9,14 +9,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from system_tests.s3_fixtures import FaultProxy
 from system_tests.tiered_helpers import (
     EARLIEST_LOCAL,
     RemoteTier,
+    S3Tier,
     create_tiered_topic,
     eventually,
+    numbered_batches,
     offset_for,
+    produce_batches,
     raw,
     start_tiered,
+    wait_tiered,
 )
 
 TXNS = 6
@@ -67,3 +72,26 @@ def test_read_committed_skips_aborted_transactions_in_remote_segments(
                    lambda: f"local start {offset_for(client, topic, EARLIEST_LOCAL)}")
     assert _consume_all(broker.bootstrap, topic, "read_committed", len(committed)) == committed
     assert _consume_all(broker.bootstrap, topic, "read_uncommitted", len(everything)) == everything
+
+
+def test_read_committed_asks_for_no_transaction_index_a_segment_never_had(
+        request: pytest.FixtureRequest, tmp_path: Path, s3_tier_behind_proxy: S3Tier,
+        fault_proxy: FaultProxy, topic: str) -> None:
+    """Segments copied without aborted transactions say so in their manifest
+    (custom metadata): a read_committed consumer reading them from the tier
+    causes GETs of the .log and its indexes, never of a .txnindex (before,
+    one 404 per segment, one after another, before the first record)."""
+    tier = s3_tier_behind_proxy
+    broker = start_tiered(request, tmp_path / "broker", tier)
+    create_tiered_topic(broker, topic)
+    batches = numbered_batches(TXNS + 1, PER_TXN)
+    with raw(broker) as client:
+        produce_batches(client, topic, 0, batches)
+    wait_tiered(broker, tier, topic, TXNS)
+    fault_proxy.requests.clear()
+
+    values = [r.value for b in batches for r in b]
+    assert _consume_all(broker.bootstrap, topic, "read_committed", len(values)) == values
+    gets = [target for method, target in list(fault_proxy.requests) if method == "GET"]
+    assert any(".log" in target for target in gets), gets  # the reads went through the proxy
+    assert not [target for target in gets if ".txnindex" in target], gets

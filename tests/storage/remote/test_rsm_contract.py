@@ -12,7 +12,7 @@ import uuid
 import pytest
 import trio
 
-from storage.remote.naming import INDEX_SUFFIXES, uuid_str
+from storage.remote.naming import INDEX_SUFFIXES, lacks_txn_index, uuid_str
 from storage.remote.types import (
     IndexType,
     RemoteLogSegmentId,
@@ -28,7 +28,8 @@ SIZE = 10_000
 
 def test_copy_then_fetch_whole_segment(backend: Backend, segments: SegmentFactory) -> None:
     seg = segments.make(SIZE)
-    assert backend.rsm.copy_log_segment_data(seg.metadata, seg.data) is None
+    manifest = backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert manifest is not None and len(manifest) <= 128  # Kafka's custom metadata limit
     assert backend.rsm.fetch_log_segment(seg.metadata, 0) == seg.log
     assert backend.rsm.fetch_log_segment(seg.metadata, 0, SIZE - 1) == seg.log
 
@@ -76,6 +77,19 @@ def test_absent_optional_index_is_not_found(backend: Backend, segments: SegmentF
     with pytest.raises(RemoteResourceNotFoundError):
         backend.rsm.fetch_index(seg.metadata, index_type)
     assert backend.rsm.fetch_index(seg.metadata, IndexType.OFFSET) == seg.index(IndexType.OFFSET)
+
+
+@pytest.mark.parametrize("with_txn_index", [True, False])
+def test_the_manifest_says_whether_a_transaction_index_was_copied(
+        backend: Backend, segments: SegmentFactory, with_txn_index: bool) -> None:
+    seg = segments.make(SIZE, transaction_index=with_txn_index)
+    manifest = backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
+    recorded = dataclasses.replace(seg.metadata, custom_metadata=manifest)
+    assert lacks_txn_index(recorded) is not with_txn_index
+    # Without a manifest (older copies, rebuilt metadata), or one not
+    # understood, nothing is assumed: the index is asked for.
+    for unknown in (None, b"", b"\x00garbage", b"{not json", b'{"v": 99, "txn": false}'):
+        assert not lacks_txn_index(dataclasses.replace(seg.metadata, custom_metadata=unknown))
 
 
 def test_fetch_of_segment_never_copied_is_not_found(backend: Backend,
