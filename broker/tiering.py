@@ -35,6 +35,7 @@ from replication.remote_metadata_log import ClusterMetadataLog, ReplicaMetadataL
 from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
+from storage.remote import chunk_cache
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.rlmm import (
     DEFAULT_NUM_PARTITIONS,
@@ -74,6 +75,8 @@ class Tiering:
 
     async def close(self) -> None:
         await self.rlmm.close()
+        if self.manager.svc.chunks is not None:
+            self.manager.svc.chunks.close()
 
 
 def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
@@ -125,9 +128,11 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     rsm_class = config["remote.log.storage.manager.class.name"]
     if rsm_class == "filesystem" and "dir" not in rsm_settings:
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
+    rsm_settings, chunk_settings = chunk_cache.split_settings(rsm_settings)
     rsm = load_rsm(rsm_class, rsm_settings)
     rlmm = _build_rlmm(config, admin, metadata, replicas, cluster)
-    services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms)
+    services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
+                              chunk_settings)
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
     replicas.remote = manager

@@ -108,6 +108,8 @@ cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
 rsm.config.path.style.access rsm.config.upload.part.size rsm.config.retry.max.attempts
 rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connections
+rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
+rsm.config.fetch.prefetch.threads
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -231,7 +233,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import filesystem, s3
+    from storage.remote import chunk_cache, filesystem, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -271,6 +273,8 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows = [_row(d, "broker", note="(`filesystem` manager.)")
                 for d in filesystem.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(`s3` manager.)") for d in s3.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(Remote reads, any manager.)")
+                 for d in chunk_cache.CONFIG_DEFS]
 
     rlmm_defs = [
         ConfigDef(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, ConfigType.INT, DEFAULT_NUM_PARTITIONS, ""),

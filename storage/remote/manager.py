@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,11 +42,12 @@ from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, decode_entries
 from storage.remote import reader
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
+from storage.remote.chunk_cache import ChunkCache
 from storage.remote.copier import copy_candidates, copy_segments
 from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.lineage import highest_remote_offset, restore_remote_epochs
-from storage.remote.metrics import BusyTracker, RemoteMetrics
+from storage.remote.metrics import BusyTracker, RemoteMetrics, chunk_cache_metrics
 from storage.remote.naming import lacks_txn_index
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
@@ -403,8 +404,8 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             entry.result = await trio.to_thread.run_sync(
-                _busy, svc.reader_busy, reader.read_blocking, svc.rsm, svc.index_cache, md,
-                offset, max_bytes, min_one_batch, limiter=svc.reader_limiter)
+                _busy, svc.reader_busy, reader.read_blocking, svc.chunks or svc.rsm,
+                svc.index_cache, md, offset, max_bytes, min_one_batch, limiter=svc.reader_limiter)
             svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
             svc.fetch_quota.record(len(entry.result))
         except reader.CorruptRemoteDataError as exc:
@@ -528,7 +529,8 @@ class RemoteLogManager:
         for md in finished:
             try:
                 found = await trio.to_thread.run_sync(
-                    reader.offset_for_timestamp_blocking, self.svc.rsm, self.svc.index_cache, md,
+                    reader.offset_for_timestamp_blocking, self.svc.chunks or self.svc.rsm,
+                    self.svc.index_cache, md,
                     timestamp, p.log.log_start_offset, limiter=self.svc.reader_limiter)
             except RemoteStorageError as exc:
                 raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
@@ -569,6 +571,7 @@ class RemoteLogManager:
                 self.svc.reader_limiter.statistics().tasks_waiting),
             "RemoteLogReaderAvgIdlePercent": self.svc.reader_busy.idle_percent(),
             "RemoteLogManagerTasksAvgIdlePercent": self.svc.tasks_busy.idle_percent(),
+            **chunk_cache_metrics(self.svc.chunks),
         }
 
 
@@ -582,8 +585,10 @@ def _busy(tracker: BusyTracker, fn: Callable[..., bytes], *args: Any) -> bytes:
 
 
 def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any,
-                   clock: Callable[[], int]) -> RemoteServices:
-    """Pools, caches and metrics from the broker config (Kafka's key names)."""
+                   clock: Callable[[], int],
+                   chunk_settings: Mapping[str, str] | None = None) -> RemoteServices:
+    """Pools, caches and metrics from the broker config (Kafka's key names) and
+    the chunk cache's stripped ``rsm.config.fetch.*`` settings."""
     readers = config["remote.log.reader.threads"]
     copiers = config["remote.log.manager.copier.thread.pool.size"]
     expirers = config["remote.log.manager.expiration.thread.pool.size"]
@@ -603,4 +608,5 @@ def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any
         fetch_quota=RateQuota(config["remote.log.manager.fetch.max.bytes.per.second"],
                               config["remote.log.manager.fetch.quota.window.num"],
                               config["remote.log.manager.fetch.quota.window.size.seconds"],
-                              trio.current_time))
+                              trio.current_time),
+        chunks=ChunkCache(rsm, chunk_settings))

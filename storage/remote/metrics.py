@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 
@@ -110,7 +111,28 @@ _BROKER_GAUGES = {
     "RemoteLogReaderTaskQueueSize": "Remote reads waiting for a reader thread",
     "RemoteLogReaderAvgIdlePercent": "Idle percentage of the remote reader pool",
     "RemoteLogManagerTasksAvgIdlePercent": "Idle percentage of the copier/expiration pools",
+    "RemoteChunkCacheBytes": "Bytes of remote segment chunks cached in memory",
 }
+# Broker-wide counts kept by the chunk cache, exposed as counters (``_total``).
+_BROKER_COUNTERS = {
+    "RemoteChunkCacheHits": "Remote chunk reads served from the cache (or a fetch in flight)",
+    "RemoteChunkCacheMisses": "Remote chunk reads that fetched the chunk from the store",
+    "RemoteChunkCacheEvictions": "Chunks dropped from the cache by its byte bound",
+    "RemoteChunkPrefetches": "Chunks fetched ahead of sequential remote reads",
+    "RemoteChunkFetchBytes": "Bytes of chunks fetched from the store",
+}
+
+
+def chunk_cache_metrics(chunks: Any) -> dict[str, float]:
+    """The chunk cache's figures for the broker-wide metrics (none without one)."""
+    if chunks is None:
+        return {}
+    s = chunks.stats
+    return {"RemoteChunkCacheBytes": float(chunks.cached_bytes),
+            "RemoteChunkCacheHits": float(s.hits), "RemoteChunkCacheMisses": float(s.misses),
+            "RemoteChunkCacheEvictions": float(s.evictions),
+            "RemoteChunkPrefetches": float(s.prefetches),
+            "RemoteChunkFetchBytes": float(s.fetch_bytes)}
 
 
 class _GaugeCollector(Collector):
@@ -129,3 +151,5 @@ class _GaugeCollector(Collector):
         values = self._broker()
         for name, doc in _BROKER_GAUGES.items():
             yield GaugeMetricFamily(name, doc, value=values.get(name, 0.0))
+        for name, doc in _BROKER_COUNTERS.items():
+            yield CounterMetricFamily(name, doc, value=values.get(name, 0.0))

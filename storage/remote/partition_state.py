@@ -71,3 +71,5 @@ class RemoteServices:
     reader_max_pending: int
     copy_quota: RateQuota
     fetch_quota: RateQuota
+    # Reads of remote .log bytes (``storage.remote.chunk_cache``); None: straight to rsm.
+    chunks: Any = None

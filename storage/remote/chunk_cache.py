@@ -1,0 +1,255 @@
+"""ChunkCache: remote segment bytes read in fixed chunks, cached, fetched once, prefetched.
+
+Theory of operation
+-------------------
+A remote ``.log`` is read in chunks of rsm.config.fetch.chunk.size bytes
+(default 4 MiB), each one ranged GET aligned to a chunk boundary (the last
+chunk of a segment is shorter). A read of any byte range is served from the
+chunks covering it, so consecutive fetches of a consumer (1 MiB each by
+default) cost one GET per chunk instead of one per fetch, and the slack a
+reader asks for past its budget is not fetched twice.
+
+* Cache: chunks are kept in memory, least recently used first out, bounded
+  in bytes by rsm.config.fetch.chunk.cache.size (default 64 MiB; 0 turns the
+  cache and prefetch off, every read then goes to the store as asked).
+  Hits, misses, evictions and prefetches are counted.
+* Single flight: a chunk is never fetched twice at once. A reader that
+  needs a chunk already being fetched (by another reader or by prefetch)
+  waits for that fetch; a failed fetch fails its waiters and is forgotten,
+  so the next read tries the store again.
+* Prefetch: a read that continues where the previous read of the same
+  segment ended (or starts a segment at byte 0) schedules the next
+  rsm.config.fetch.prefetch.chunks chunks (default 2) on the prefetch pool,
+  its own threads, so prefetching never takes a reader slot from a first
+  read. Prefetch only follows reads: a partition that stops reading stops
+  prefetching after at most that many chunks, and a chunk already cached or
+  in flight is not fetched again.
+
+Concurrency: ``fetch_log_segment`` is called from reader worker threads and
+blocks; one lock guards the cache and the in-flight table, and store calls
+run outside it.
+
+Error handling: store errors propagate unchanged (``RemoteStorageError``);
+a chunk whose length differs from what the metadata says raises
+``RemoteStorageError`` and is not cached.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from config.defs import ConfigDef
+from config.defs import ConfigType as T
+from storage.remote.rsm import RSM_CONFIG_PREFIX, parse_rsm_config
+from storage.remote.types import RemoteLogSegmentMetadata, RemoteStorageError
+
+log = structlog.get_logger(__name__)
+
+CONFIG_DEFS: list[ConfigDef] = [
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.chunk.size", T.INT, 4 * 1024 * 1024,
+              "Remote segments are read in ranged GETs of this many bytes, aligned to it.",
+              at_least=4096),
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.chunk.cache.size", T.LONG, 64 * 1024 * 1024,
+              "Bytes of remote segment chunks kept in memory (least recently used out); "
+              "0 turns the chunk cache and prefetch off.", at_least=0),
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.chunks", T.INT, 2,
+              "Chunks fetched ahead of a sequential remote read; 0 turns prefetch off.",
+              at_least=0),
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 2,
+              "Threads fetching chunks ahead (their own pool, apart from the readers).",
+              at_least=1),
+]
+# The stripped keys the chunk cache takes from the rsm.config.* settings
+# (the storage managers never see them).
+KEYS = frozenset(d.name.removeprefix(RSM_CONFIG_PREFIX) for d in CONFIG_DEFS)
+# Segments whose last read position is remembered to recognise sequential reads.
+_TRACKED_SEGMENTS = 4096
+
+_ChunkKey = tuple[uuid.UUID, int]
+
+
+@dataclass(slots=True)
+class ChunkStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    prefetches: int = 0
+    fetch_bytes: int = 0
+
+
+def split_settings(settings: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the storage manager's settings, the chunk cache's) from stripped rsm.config.* ones."""
+    rsm = {k: v for k, v in settings.items() if k not in KEYS}
+    chunk = {k: v for k, v in settings.items() if k in KEYS}
+    return rsm, chunk
+
+
+class ChunkCache:
+    """Reads of remote ``.log`` bytes through a chunk cache in front of ``rsm``.
+
+    Offers ``fetch_log_segment`` with the storage manager's contract, so the
+    reader uses either interchangeably.
+    """
+
+    def __init__(self, rsm: Any, settings: Mapping[str, str] | None = None) -> None:
+        values = parse_rsm_config(CONFIG_DEFS, dict(settings or {}))
+        self.rsm = rsm
+        self.chunk_size: int = values["fetch.chunk.size"]
+        self.max_bytes: int = values["fetch.chunk.cache.size"]
+        self.prefetch_chunks: int = values["fetch.prefetch.chunks"] if self.max_bytes else 0
+        self.stats = ChunkStats()
+        self._chunks: OrderedDict[_ChunkKey, bytes] = OrderedDict()
+        self._bytes = 0
+        self._inflight: dict[_ChunkKey, concurrent.futures.Future[bytes]] = {}
+        self._next_position: OrderedDict[uuid.UUID, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._prefetcher = concurrent.futures.ThreadPoolExecutor(
+            values["fetch.prefetch.threads"], thread_name_prefix="remote-prefetch"
+        ) if self.prefetch_chunks else None
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> bytes:
+        """Bytes ``start_position..end_position`` (inclusive; None = to the end) of the .log.
+
+        Raises:
+            ValueError: negative start, or end before start.
+            RemoteStorageError: as the storage manager's ``fetch_log_segment``.
+        """
+        size = metadata.segment_size_in_bytes
+        if start_position < 0 or (end_position is not None and end_position < start_position):
+            raise ValueError(f"bad range {start_position}..{end_position}")
+        if not self.max_bytes:
+            return bytes(self.rsm.fetch_log_segment(metadata, start_position, end_position))
+        if start_position >= size:
+            raise RemoteStorageError(f"position {start_position} past the end ({size} bytes) "
+                                     f"of {metadata.remote_log_segment_id}")
+        end = size - 1 if end_position is None else min(end_position, size - 1)
+        first, last = start_position // self.chunk_size, end // self.chunk_size
+        seg = metadata.remote_log_segment_id.id
+        sequential = self._note_read(seg, start_position, end + 1)
+        parts = []
+        for index in range(first, last + 1):
+            chunk = self._chunk(metadata, index, prefetch=False)
+            base = index * self.chunk_size
+            parts.append(chunk[max(start_position - base, 0):end + 1 - base])
+        if sequential:
+            self._prefetch(metadata, last + 1)
+        return b"".join(parts)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: Any) -> bytes:
+        """The storage manager's ``fetch_index`` (indexes have their own cache)."""
+        return bytes(self.rsm.fetch_index(metadata, index_type))
+
+    def close(self, wait: bool = False) -> None:
+        """Stop prefetching (queued prefetches are dropped; ``wait``: for the
+        ones running to end)."""
+        self._closed = True
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=wait, cancel_futures=True)
+
+    # -- inside ------------------------------------------------------------------
+
+    def _note_read(self, seg: uuid.UUID, start: int, end: int) -> bool:
+        """Remember where this read of ``seg`` ended; True if it continued the
+        previous one (or started the segment)."""
+        with self._lock:
+            previous = self._next_position.pop(seg, None)
+            self._next_position[seg] = end
+            while len(self._next_position) > _TRACKED_SEGMENTS:
+                self._next_position.popitem(last=False)
+        if start == 0:
+            return True
+        # A fetch asks again from the first batch it could not return whole,
+        # so a continuation may start a little before the previous end.
+        return previous is not None and previous - self.chunk_size <= start <= previous
+
+    def _chunk(self, md: RemoteLogSegmentMetadata, index: int, prefetch: bool) -> bytes:
+        key = (md.remote_log_segment_id.id, index)
+        with self._lock:
+            cached = self._chunks.get(key)
+            if cached is not None:
+                self._chunks.move_to_end(key)
+                if not prefetch:
+                    self.stats.hits += 1
+                return cached
+            future = self._inflight.get(key)
+            owner = future is None
+            if owner:
+                future = concurrent.futures.Future()
+                self._inflight[key] = future
+                if prefetch:
+                    self.stats.prefetches += 1
+                else:
+                    self.stats.misses += 1
+            elif not prefetch:
+                self.stats.hits += 1  # joins a fetch in flight: no GET of its own
+        assert future is not None
+        if not owner:
+            return future.result()
+        try:
+            data = self._fetch(md, index)
+        except BaseException as exc:
+            with self._lock:
+                del self._inflight[key]
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            del self._inflight[key]
+            self._insert(key, data)
+        future.set_result(data)
+        return data
+
+    def _fetch(self, md: RemoteLogSegmentMetadata, index: int) -> bytes:
+        start = index * self.chunk_size
+        end = min(start + self.chunk_size, md.segment_size_in_bytes) - 1
+        data = bytes(self.rsm.fetch_log_segment(md, start, end))
+        if len(data) != end - start + 1:
+            raise RemoteStorageError(f"chunk {index} of {md.remote_log_segment_id}: "
+                                     f"{len(data)} bytes, expected {end - start + 1}")
+        self.stats.fetch_bytes += len(data)
+        return data
+
+    def _insert(self, key: _ChunkKey, data: bytes) -> None:
+        """Cache ``data`` (lock held); oldest chunks out beyond the byte bound."""
+        if len(data) > self.max_bytes:
+            return
+        self._chunks[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.max_bytes:
+            _, old = self._chunks.popitem(last=False)
+            self._bytes -= len(old)
+            self.stats.evictions += 1
+
+    def _prefetch(self, md: RemoteLogSegmentMetadata, first: int) -> None:
+        if self._prefetcher is None or self._closed:
+            return
+        chunks = -(-md.segment_size_in_bytes // self.chunk_size)
+        seg = md.remote_log_segment_id.id
+        for index in range(first, min(first + self.prefetch_chunks, chunks)):
+            with self._lock:
+                if (seg, index) in self._chunks or (seg, index) in self._inflight:
+                    continue
+            try:
+                self._prefetcher.submit(self._prefetch_one, md, index)
+            except RuntimeError:
+                return  # shut down
+
+    def _prefetch_one(self, md: RemoteLogSegmentMetadata, index: int) -> None:
+        try:
+            self._chunk(md, index, prefetch=True)
+        except Exception as exc:  # the reader that needs it fetches it again
+            log.info("remote chunk prefetch failed", segment=str(md.remote_log_segment_id),
+                     chunk=index, error=str(exc))

@@ -1,0 +1,168 @@
+"""ChunkCache over the real storage managers (a directory, and S3 on moto over
+HTTP): exact bytes for any range, chunk-aligned GETs, one GET per chunk for a
+sequential read, single flight, the byte bound, failures not cached, prefetch
+that follows reads and stops with them."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from storage.remote.chunk_cache import ChunkCache, split_settings
+from storage.remote.types import RemoteLogSegmentMetadata, RemoteStorageError
+from tests.storage.remote.conftest import Backend
+from tests.storage.remote.segments import SegmentFactory
+
+CHUNK = 64 * 1024
+SEGMENT = 10 * CHUNK + 1234  # ten whole chunks and a short last one
+
+
+class Recording:
+    """The real storage manager, with every ``fetch_log_segment`` range
+    recorded; ``delay_s`` holds each GET, ``fail`` makes the next ones raise."""
+
+    def __init__(self, rsm: Any, delay_s: float = 0.0) -> None:
+        self.rsm = rsm
+        self.delay_s = delay_s
+        self.fail = 0
+        self.ranges: list[tuple[int, int | None]] = []
+        self._lock = threading.Lock()
+
+    def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int,
+                          end: int | None = None) -> bytes:
+        with self._lock:
+            self.ranges.append((start, end))
+            failing = self.fail > 0
+            self.fail -= failing
+        time.sleep(self.delay_s)
+        if failing:
+            raise RemoteStorageError("store down", retriable=True)
+        return self.rsm.fetch_log_segment(md, start, end)
+
+    def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: Any) -> bytes:
+        return self.rsm.fetch_index(md, index_type)
+
+
+def cache(rsm: Recording, size: int = 1 << 30, prefetch: int = 0) -> ChunkCache:
+    return ChunkCache(rsm, {"fetch.chunk.size": str(CHUNK), "fetch.chunk.cache.size": str(size),
+                            "fetch.prefetch.chunks": str(prefetch)})
+
+
+@pytest.fixture
+def stored(backend: Backend, segments: SegmentFactory) -> tuple[Recording, Any]:
+    seg = segments.make(SEGMENT)
+    backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
+    return Recording(backend.rsm), seg
+
+
+def test_any_range_reads_exact_bytes_with_chunk_aligned_gets(stored: tuple[Recording, Any]
+                                                              ) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm)
+    rng = random.Random(7)
+    cases = [(0, None), (0, 0), (CHUNK - 1, CHUNK), (SEGMENT - 1, None), (5, SEGMENT + 999)]
+    for _ in range(40):
+        start = rng.randrange(SEGMENT)
+        cases.append((start, start + rng.randrange(3 * CHUNK)))
+    for start, end in cases:
+        want = seg.log[start:] if end is None else seg.log[start:end + 1]
+        assert chunks.fetch_log_segment(seg.metadata, start, end) == want, (start, end)
+    assert all(start % CHUNK == 0 and (end + 1) % CHUNK in (0, SEGMENT % CHUNK)
+               for start, end in rsm.ranges if end is not None), rsm.ranges
+    # Every chunk fetched once: the rest were hits.
+    assert sorted(rsm.ranges) == sorted(set(rsm.ranges)) and len(rsm.ranges) == 11
+    assert chunks.stats.misses == 11 and chunks.stats.hits > 40
+    with pytest.raises(RemoteStorageError):
+        chunks.fetch_log_segment(seg.metadata, SEGMENT)
+    with pytest.raises(ValueError):
+        chunks.fetch_log_segment(seg.metadata, 10, 9)
+
+
+def test_a_sequential_read_costs_one_get_per_chunk_and_prefetch_stays_ahead(
+        stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, prefetch=2)
+    step = 20_000  # a consumer's fetches, smaller than a chunk
+    got = b"".join(chunks.fetch_log_segment(seg.metadata, pos, pos + step - 1)
+                   for pos in range(0, SEGMENT, step))
+    chunks.close(wait=True)
+    assert got == seg.log
+    starts = [start for start, _ in rsm.ranges]
+    assert sorted(starts) == [i * CHUNK for i in range(11)]  # each chunk once
+    assert chunks.stats.prefetches >= 1
+    assert chunks.stats.misses + chunks.stats.prefetches == 11
+
+
+def test_prefetch_follows_reads_and_stops_with_them(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, prefetch=2)
+    chunks.fetch_log_segment(seg.metadata, 0, 1000)
+    chunks.close(wait=True)
+    # The read's chunk and the two after it, nothing more.
+    assert sorted(start for start, _ in rsm.ranges) == [0, CHUNK, 2 * CHUNK]
+    # A read jumping elsewhere (a seek) prefetches nothing.
+    rsm2 = Recording(rsm.rsm)
+    seeking = cache(rsm2, prefetch=2)
+    seeking.fetch_log_segment(seg.metadata, 0, 10)
+    seeking.fetch_log_segment(seg.metadata, 7 * CHUNK + 5, 7 * CHUNK + 10)
+    seeking.close(wait=True)
+    assert sorted(start for start, _ in rsm2.ranges) == [0, CHUNK, 2 * CHUNK, 7 * CHUNK]
+
+
+def test_concurrent_readers_of_one_chunk_share_one_get(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    rsm.delay_s = 0.2
+    chunks = cache(rsm)
+    results: list[bytes] = []
+
+    def read() -> None:
+        results.append(chunks.fetch_log_segment(seg.metadata, 100, 5000))
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [seg.log[100:5001]] * 6
+    assert rsm.ranges == [(0, CHUNK - 1)]
+
+
+def test_the_cache_is_bounded_in_bytes(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, size=3 * CHUNK)
+    for i in range(10):
+        assert chunks.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 9) \
+            == seg.log[i * CHUNK:i * CHUNK + 10]
+        assert chunks.cached_bytes <= 3 * CHUNK
+    assert chunks.stats.evictions == 7
+    chunks.fetch_log_segment(seg.metadata, 0, 9)  # evicted: fetched again
+    assert [start for start, _ in rsm.ranges].count(0) == 2
+
+
+def test_a_failed_fetch_fails_its_readers_and_is_tried_again(stored: tuple[Recording, Any]
+                                                             ) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm)
+    rsm.fail = 1
+    with pytest.raises(RemoteStorageError, match="store down"):
+        chunks.fetch_log_segment(seg.metadata, 0, 99)
+    assert chunks.fetch_log_segment(seg.metadata, 0, 99) == seg.log[:100]
+    assert rsm.ranges == [(0, CHUNK - 1), (0, CHUNK - 1)]
+
+
+def test_size_zero_reads_straight_through(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, size=0, prefetch=2)
+    assert chunks.fetch_log_segment(seg.metadata, 10, 20) == seg.log[10:21]
+    assert rsm.ranges == [(10, 20)]
+
+
+def test_the_chunk_keys_are_split_from_the_storage_managers_settings() -> None:
+    rsm, chunk = split_settings({"bucket": "b", "fetch.chunk.size": "1048576",
+                                 "fetch.prefetch.chunks": "3"})
+    assert rsm == {"bucket": "b"}
+    assert chunk == {"fetch.chunk.size": "1048576", "fetch.prefetch.chunks": "3"}
