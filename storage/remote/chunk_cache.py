@@ -19,7 +19,9 @@ reader asks for past its budget is not fetched twice.
   so the next read tries the store again.
 * Prefetch: a read that continues where the previous read of the same
   segment ended (or starts a segment at byte 0) schedules the next
-  rsm.config.fetch.prefetch.chunks chunks (default 2) on the prefetch pool,
+  rsm.config.fetch.prefetch.chunks chunks (default 2) on the prefetch pool
+  (and, near the segment's end, the reader asks for the next segment's
+  first chunks: ``wants_next_segment``, ``prefetch``),
   its own threads, so prefetching never takes a reader slot from a first
   read. Prefetch only follows reads: a partition that stops reading stops
   prefetching after at most that many chunks, and a chunk already cached or
@@ -149,6 +151,26 @@ class ChunkCache:
             self._prefetch(metadata, last + 1)
         return b"".join(parts)
 
+    def wants_next_segment(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """Whether reading ``metadata`` has come within prefetch reach of its
+        end, so the next segment's first chunks should be fetched ahead."""
+        if not self.prefetch_chunks:
+            return False
+        with self._lock:
+            position = self._next_position.get(metadata.remote_log_segment_id.id)
+        chunks = -(-metadata.segment_size_in_bytes // self.chunk_size)
+        return (position is not None
+                and position // self.chunk_size + self.prefetch_chunks >= chunks - 1)
+
+    def chunk_count(self, metadata: RemoteLogSegmentMetadata) -> int:
+        return -(-metadata.segment_size_in_bytes // self.chunk_size)
+
+    def prefetch(self, metadata: RemoteLogSegmentMetadata, first_chunk: int = 0,
+                 count: int | None = None) -> None:
+        """Fetch ``count`` (default ``prefetch_chunks``) chunks of ``metadata``
+        from ``first_chunk`` on, ahead."""
+        self._prefetch(metadata, first_chunk, count)
+
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: Any) -> bytes:
         """The storage manager's ``fetch_index`` (indexes have their own cache)."""
         return bytes(self.rsm.fetch_index(metadata, index_type))
@@ -233,12 +255,13 @@ class ChunkCache:
             self._bytes -= len(old)
             self.stats.evictions += 1
 
-    def _prefetch(self, md: RemoteLogSegmentMetadata, first: int) -> None:
+    def _prefetch(self, md: RemoteLogSegmentMetadata, first: int, count: int | None = None
+                  ) -> None:
         if self._prefetcher is None or self._closed:
             return
-        chunks = -(-md.segment_size_in_bytes // self.chunk_size)
         seg = md.remote_log_segment_id.id
-        for index in range(first, min(first + self.prefetch_chunks, chunks)):
+        ahead = self.prefetch_chunks if count is None else count
+        for index in range(first, min(first + ahead, self.chunk_count(md))):
             with self._lock:
                 if (seg, index) in self._chunks or (seg, index) in self._inflight:
                     continue

@@ -101,6 +101,7 @@ class RemoteLogManager:
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
         self._txn_entries: OrderedDict[uuid.UUID, list[AbortedTxn]] = OrderedDict()
+        self._positions = reader.NextPositions()
         self.remover = PartitionRemover(services, self._topic_partition_removed)
         # Follower partitions with tiering on: (tip, log), by topic-partition.
         self.followers: dict[TopicPartition, tuple[TopicIdPartition, Log]] = {}
@@ -405,7 +406,9 @@ class RemoteLogManager:
         try:
             entry.result = await trio.to_thread.run_sync(
                 _busy, svc.reader_busy, reader.read_blocking, svc.chunks or svc.rsm,
-                svc.index_cache, md, offset, max_bytes, min_one_batch, limiter=svc.reader_limiter)
+                svc.index_cache, md, offset, max_bytes, min_one_batch, self._positions,
+                limiter=svc.reader_limiter)
+            self._prefetch_next_segment(p, md)
             svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
             svc.fetch_quota.record(len(entry.result))
         except reader.CorruptRemoteDataError as exc:
@@ -420,6 +423,25 @@ class RemoteLogManager:
             svc.metrics.fetch_latency.observe(entry.finished_at - started)
             entry.done.set()
             self._forget_old_reads()
+
+    def _prefetch_next_segment(self, p: TieredPartition, md: RemoteLogSegmentMetadata) -> None:
+        """A sequential read near the end of ``md``: fetch the first chunks of
+        the next remote segments ahead (as many chunks as prefetch allows,
+        across segments smaller than that), so crossing segments costs no
+        round trip."""
+        chunks = self.svc.chunks
+        if chunks is None or not chunks.wants_next_segment(md):
+            return
+        budget = chunks.prefetch_chunks
+        following = md
+        while budget > 0:
+            try:
+                following = self.segment_for(p, following.end_offset + 1)
+            except KafkaApiError:
+                return  # the next offsets are local (or not in this lineage)
+            count = min(budget, chunks.chunk_count(following))
+            chunks.prefetch(following, 0, count)
+            budget -= count
 
     def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,
                      code: ErrorCode) -> KafkaApiError:

@@ -12,12 +12,23 @@ segment's range and increasing. A missing or corrupt object raises
 never with garbage or an empty result that would look like the end of the
 log.
 
+A consumer reads on where its last fetch ended, so each read remembers
+where the next batch starts (``NextPositions``: segment, next offset ->
+byte position) and a read starting there needs no index; nor does one
+starting at the segment's first offset (byte 0). The offset index is
+fetched only for a read that jumps (a seek, a new consumer).
+
 Concurrency: ``read_blocking`` and ``offset_for_timestamp_blocking`` run in
 worker threads behind the reader limiter; they touch only the storage
-manager, the index cache (thread-safe) and their arguments.
+manager, the index cache and ``NextPositions`` (thread-safe) and their
+arguments.
 """
 
 from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
 
 from protocol import records
 from protocol.errors import KafkaApiError
@@ -29,6 +40,31 @@ from storage.remote.types import IndexType, RemoteLogSegmentMetadata, RemoteStor
 # skip the batches below the wanted offset in the same request (the index has
 # an entry every index.interval.bytes = 4 KiB by default).
 _SCAN_SLACK = 64 * 1024
+
+
+# Read positions remembered (a few per partition being read).
+_NEXT_POSITIONS = 4096
+
+
+class NextPositions:
+    """(segment id, offset) -> byte position of the batch starting at that
+    offset, where earlier reads ended; least recently used out."""
+
+    def __init__(self, capacity: int = _NEXT_POSITIONS) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, segment: uuid.UUID, offset: int) -> int | None:
+        with self._lock:
+            return self._entries.get((segment, offset))
+
+    def put(self, segment: uuid.UUID, offset: int, position: int) -> None:
+        with self._lock:
+            self._entries[(segment, offset)] = position
+            self._entries.move_to_end((segment, offset))
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -70,8 +106,11 @@ def _check_batch(buf: bytes, header: records.BatchHeader, md: RemoteLogSegmentMe
 
 def read_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
                   md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
-                  min_one_batch: bool) -> bytes:
+                  min_one_batch: bool, positions: NextPositions | None = None) -> bytes:
     """Whole batches of ``md`` starting with the one that holds ``offset``.
+
+    Where to start reading: ``positions``' entry for ``offset``, else byte 0
+    for the segment's first offset, else the offset index.
 
     Returns:
         Up to ``max_bytes`` of batches (the first batch even if larger, when
@@ -80,7 +119,20 @@ def read_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
     Raises:
         RemoteStorageError: missing object, corrupt data, store failure.
     """
-    position = indexes_for(cache, rsm, md).position_for(offset)
+    seg = md.remote_log_segment_id.id
+    position = positions.get(seg, offset) if positions is not None else None
+    if position is None:
+        position = (0 if offset <= md.start_offset
+                    else indexes_for(cache, rsm, md).position_for(offset))
+    data, end, next_offset = _read_from(rsm, md, offset, max_bytes, min_one_batch, position)
+    if positions is not None and data and next_offset <= md.end_offset:
+        positions.put(seg, next_offset, end)
+    return data
+
+
+def _read_from(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, offset: int,
+               max_bytes: int, min_one_batch: bool, position: int) -> tuple[bytes, int, int]:
+    """(batches, byte position after them, offset after them) from ``position`` on."""
     size = md.segment_size_in_bytes
     previous_last = md.start_offset - 1
     while position < size:
@@ -123,12 +175,14 @@ def _whole_batch_at(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, chu
 
 def _collect(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, chunk: bytes,
              first: records.BatchHeader, chunk_position: int, max_bytes: int,
-             min_one_batch: bool, previous_last: int) -> bytes:
-    """Whole batches from ``first`` within the budget, every one checked."""
+             min_one_batch: bool, previous_last: int) -> tuple[bytes, int, int]:
+    """Whole batches from ``first`` within the budget, every one checked; with
+    the byte position and the offset right after them."""
     if first.size > max_bytes and not min_one_batch:
-        return b""
+        return b"", chunk_position + first.position, first.base_offset
     if first.position + first.size > len(chunk):
-        chunk = _whole_batch_at(rsm, md, chunk[first.position:], chunk_position + first.position)
+        chunk_position += first.position
+        chunk = _whole_batch_at(rsm, md, chunk[first.position:], chunk_position)
         first = records.parse_header(chunk, 0)
     start = first.position
     end = start
@@ -139,7 +193,7 @@ def _collect(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, chunk: byt
         _check_batch(chunk, header, md, previous_last)
         previous_last = header.last_offset
         end = header.position + header.size
-    return bytes(chunk[start:end])
+    return bytes(chunk[start:end]), chunk_position + end, previous_last + 1
 
 
 def offset_for_timestamp_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,

@@ -22,8 +22,10 @@ from storage.log.log import Log
 from storage.remote.expirer import in_lineage
 from storage.remote.filesystem import FileSystemRemoteStorageManager
 from storage.remote.manager import RemoteLogManager, build_services
+from storage.remote.reader import NextPositions
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.types import (
+    IndexType,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -136,6 +138,51 @@ async def test_read_inside_a_segment_starts_at_the_batch_holding_the_offset(tmp_
             data = await s.rlm.read(("t", 0), offset, 1, True, trio.current_time() + 5)
             nursery.cancel_scope.cancel()
         assert offsets_of(data)[0] == offset  # one record per batch here
+
+
+class IndexFetches:
+    """The real storage manager, counting ``fetch_index`` calls by type."""
+
+    def __init__(self, rsm) -> None:
+        self.rsm = rsm
+        self.calls: list[IndexType] = []
+
+    def fetch_log_segment(self, md, start, end=None):
+        return self.rsm.fetch_log_segment(md, start, end)
+
+    def fetch_index(self, md, index_type):
+        self.calls.append(index_type)
+        return self.rsm.fetch_index(md, index_type)
+
+
+async def test_a_sequential_remote_read_needs_no_offset_index(tmp_path):
+    # Several batches per segment, read one batch at a time from offset 0:
+    # each read starts where the last ended (or at a segment's first offset).
+    s = Setup(tmp_path, **{"segment.bytes": "3000"})
+    s.produce(40)
+    await s.start()
+    await s.cycle()
+    s.log.apply_retention(s.log.end_offset)
+    counting = IndexFetches(s.svc.chunks.rsm)
+    s.svc.chunks.rsm = counting
+    end = s.log.local_log_start_offset
+    assert len(s.log.segments) == 1 and end > 10
+    got: list[int] = []
+    offset = 0
+    async with trio.open_nursery() as nursery:
+        s.rlm._nursery = nursery
+        while offset < end:
+            data = await s.rlm.read(("t", 0), offset, 1, True, trio.current_time() + 5)
+            got += offsets_of(data)
+            offset = got[-1] + 1
+        assert got == list(range(end))
+        assert counting.calls == []
+        # A jump into the middle of a segment (no read ended there; the
+        # positions are forgotten) uses its offset index once.
+        s.rlm._positions = NextPositions()
+        await s.rlm.read(("t", 0), 5, 1, True, trio.current_time() + 5)
+        nursery.cancel_scope.cancel()
+    assert counting.calls.count(IndexType.OFFSET) == 1
 
 
 async def test_corrupt_and_missing_remote_objects_are_errors_not_records(tmp_path):
