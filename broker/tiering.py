@@ -18,6 +18,7 @@ brokers to be created).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
 from storage.remote import chunk_cache
+from storage.remote.copy_process import ProcessCopier
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.rlmm import (
     DEFAULT_NUM_PARTITIONS,
@@ -51,6 +53,8 @@ RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
 RLMM_REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
 # Kafka's default replication factor of __remote_log_metadata.
 DEFAULT_RLMM_REPLICATION_FACTOR = 3
+# Copy worker processes with tierd.remote.copy.processes=-1 (any store but a directory).
+DEFAULT_COPY_PROCESSES = 2
 
 
 @dataclass(slots=True)
@@ -75,8 +79,9 @@ class Tiering:
 
     async def close(self) -> None:
         await self.rlmm.close()
-        if self.manager.svc.chunks is not None:
-            self.manager.svc.chunks.close()
+        for closable in (self.manager.svc.chunks, self.manager.svc.copier):
+            if closable is not None:
+                closable.close()
 
 
 def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
@@ -133,6 +138,13 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     rlmm = _build_rlmm(config, admin, metadata, replicas, cluster)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
                               chunk_settings)
+    processes = config["tierd.remote.copy.processes"]
+    if processes < 0:
+        processes = 0 if rsm_class == "filesystem" else DEFAULT_COPY_PROCESSES
+    if processes:
+        services.copier = ProcessCopier(
+            rsm_class, rsm_settings, processes,
+            logging.getLevelName(str(config["tierd.log.level"]).upper()))
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
     replicas.remote = manager

@@ -54,7 +54,7 @@ from bench.kafka_util import (
 )
 from bench.payload import PayloadSet, Verifier, payload_set
 from bench.registry import Scenario, ScenarioContext, register
-from bench.results import CaseResult, MetricSpec
+from bench.results import CaseResult, MetricSpec, Target, TargetKind
 from bench.stats import percentile
 
 if TYPE_CHECKING:
@@ -112,6 +112,8 @@ METRICS = (
     MetricSpec("hot_mb_s", "hot read (local) MB/s", "MB/s", True, "{:,.1f}"),
     MetricSpec("hot_msgs_s", "hot read (local) msgs/s", "msg/s", True, "{:,.0f}"),
     MetricSpec("cold_hot_ratio", "cold/hot read MB/s", "x", True, "{:,.3f}"),
+    MetricSpec("cold_first_ms", "cold read: first record after", "ms", False, "{:,.1f}"),
+    MetricSpec("hot_first_ms", "hot read: first record after", "ms", False, "{:,.1f}"),
     MetricSpec("remote_pct", "cold topic share remote", "%", True, "{:,.1f}"),
     MetricSpec("tier_wait_s", "bulk backlog tiered after", "s", False, "{:,.2f}"),
     MetricSpec("p50_on_ms", "produce p50, tiering on", "ms", False, "{:,.2f}"),
@@ -283,6 +285,8 @@ class ReadOutcome:
     verifier: Verifier
     errors: int
     first_error: str
+    # From assign() to the first record delivered.
+    first_record_s: float = float("nan")
 
 
 def read_all(bootstrap: str, topic: str, payloads: PayloadSet, idle_timeout: float
@@ -294,6 +298,7 @@ def read_all(bootstrap: str, topic: str, payloads: PayloadSet, idle_timeout: flo
         **{"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS}))
     errors, first_error = 0, ""
+    first_record = float("nan")
     try:
         parts = topic_partitions(consumer, topic)
         started = time.perf_counter()
@@ -306,12 +311,14 @@ def read_all(bootstrap: str, topic: str, payloads: PayloadSet, idle_timeout: flo
                     errors += 1
                     first_error = first_error or str(msg.error())
                     continue
+                if not verifier.unique:
+                    first_record = time.perf_counter() - started
                 verifier.feed(msg.value())
                 last_progress = time.monotonic()
         elapsed = time.perf_counter() - started
     finally:
         consumer.close()
-    return ReadOutcome(elapsed, verifier, errors, first_error)
+    return ReadOutcome(elapsed, verifier, errors, first_error, first_record)
 
 
 def record_model_reads(result: CaseResult, stats: S3ModelStats) -> None:
@@ -372,6 +379,7 @@ def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
             secs = max(outcome.elapsed, 1e-9)
             result.metrics[f"{side}_msgs_s"] = outcome.verifier.unique / secs
             result.metrics[f"{side}_mb_s"] = outcome.verifier.unique * SIZE / secs / 1e6
+            result.metrics[f"{side}_first_ms"] = outcome.first_record_s * 1e3
             if not outcome.verifier.ok():
                 result.verified = False
                 result.notes.append(f"{side} read: {outcome.verifier.summary()}")
@@ -417,6 +425,17 @@ def run(ctx: ScenarioContext) -> list[CaseResult]:
     return results
 
 
+# Issue 9's targets. GETs per MiB: one per chunk (4 MiB by default, but a
+# chunk never spans segments, so one per 1 MiB segment here) plus one index
+# GET per segment at most. First record: one GET's latency (30 ms) + 20 ms.
+TARGETS = (
+    Target("cold_hot_ratio", TargetKind.ABSOLUTE_AT_LEAST, 0.8, unit="x"),
+    Target("p99_on_off_ratio", TargetKind.ABSOLUTE_AT_MOST, 1.1, cases="s3-model-*", unit="x"),
+    Target("cold_gets_per_mib", TargetKind.ABSOLUTE_AT_MOST, 2 * MIB / SEGMENT_BYTES,
+           cases="s3-model-*", unit="GET/MiB"),
+    Target("cold_first_ms", TargetKind.ABSOLUTE_AT_MOST, 50.0, cases="s3-model-*", unit="ms"),
+)
+
 SCENARIO = register(
     Scenario(
         name=NAME,
@@ -425,6 +444,7 @@ SCENARIO = register(
         "(1 KiB, acks=all)",
         run=run,
         metrics=METRICS,
+        targets=TARGETS,
         order=30,
     )
 )

@@ -100,8 +100,8 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
     started = time.monotonic()
     token = svc.tasks_busy.start()
     try:
-        custom = await trio.to_thread.run_sync(svc.rsm.copy_log_segment_data, md, data,
-                                               limiter=svc.copier_limiter)
+        custom = await trio.to_thread.run_sync((svc.copier or svc.rsm).copy_log_segment_data,
+                                               md, data, limiter=svc.copier_limiter)
     except RemoteStorageError as exc:
         svc.metrics.copy_errors.labels(topic).inc()
         log.warning("segment copy failed", segment=str(md.remote_log_segment_id),

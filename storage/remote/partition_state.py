@@ -73,3 +73,5 @@ class RemoteServices:
     fetch_quota: RateQuota
     # Reads of remote .log bytes (``storage.remote.chunk_cache``); None: straight to rsm.
     chunks: Any = None
+    # Runs copies (``storage.remote.copy_process``); None: rsm in a worker thread.
+    copier: Any = None

@@ -1,8 +1,8 @@
 """Remote reads through the chunk cache, against S3 (moto over HTTP, through a
 proxy that records every request).
 
-A consumer with small fetches (64 KiB per partition) reads a topic of 1 MiB
-segments back from the tier. Before chunking each fetch was its own ranged
+Two consumers with small fetches (64 KiB per partition) read a topic of
+1 MiB segments back from the tier at the same time. Before chunking each fetch was its own ranged
 GET of the fetch size plus 64 KiB of slack (twice the bytes delivered, one
 GET per fetch); now each 256 KiB chunk of each segment is fetched once,
 prefetched ahead of the consumer, and every other read is served from
@@ -12,6 +12,7 @@ metrics add up to them.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -38,8 +39,8 @@ BATCHES = 90  # ~4.5 MB: four closed segments tier
 FETCH = 64 * 1024
 
 
-def _consume(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+def _consume(bootstrap: str, topic: str, expected: int, group: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "max.partition.fetch.bytes": FETCH})
     got: list[bytes] = []
     try:
@@ -73,8 +74,15 @@ def test_a_remote_read_fetches_each_chunk_once(request: pytest.FixtureRequest, t
     fault_proxy.requests.clear()
 
     values = [r.value for b in batches for r in b]
-    got = _consume(broker.bootstrap, topic, len(values))
-    assert got == values
+    # Two consumers at once: they share chunks (and fetches in flight).
+    results: dict[int, list[bytes]] = {}
+    readers = [threading.Thread(target=lambda n=n: results.__setitem__(
+        n, _consume(broker.bootstrap, topic, len(values), f"g{n}-{topic}"))) for n in (1, 2)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    assert results == {1: values, 2: values}
 
     log_gets = [t for m, t in list(fault_proxy.requests) if m == "GET" and ".log?" in t]
     tiered_bytes = sum(sizes)

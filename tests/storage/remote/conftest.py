@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -46,10 +46,13 @@ class Backend:
     stored: Callable[[RemoteLogSegmentMetadata], list[str]]
     # Replace one stored object of the segment with other bytes.
     overwrite: Callable[[RemoteLogSegmentMetadata, str, bytes], None]
+    # The settings the RSM was built from (prefix stripped).
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 def filesystem_backend(root: Path) -> Backend:
-    rsm = FileSystemRemoteStorageManager({"dir": str(root)})
+    settings = {"dir": str(root)}
+    rsm = FileSystemRemoteStorageManager(settings)
 
     def stored(md: RemoteLogSegmentMetadata) -> list[str]:
         directory = rsm.partition_dir(md.topic_id_partition)
@@ -61,12 +64,13 @@ def filesystem_backend(root: Path) -> Backend:
     def overwrite(md: RemoteLogSegmentMetadata, suffix: str, data: bytes) -> None:
         Path(rsm.object_path(md, suffix)).write_bytes(data)
 
-    return Backend("filesystem", rsm, stored, overwrite)
+    return Backend("filesystem", rsm, stored, overwrite, settings)
 
 
 def s3_backend(server: MotoServer, bucket: str, endpoint_url: str | None = None,
                **extra: str) -> Backend:
-    rsm = S3RemoteStorageManager(s3_settings(endpoint_url or server.endpoint_url, bucket, **extra))
+    settings = s3_settings(endpoint_url or server.endpoint_url, bucket, **extra)
+    rsm = S3RemoteStorageManager(settings)
     client = server.client()
 
     def stored(md: RemoteLogSegmentMetadata) -> list[str]:
@@ -76,7 +80,7 @@ def s3_backend(server: MotoServer, bucket: str, endpoint_url: str | None = None,
     def overwrite(md: RemoteLogSegmentMetadata, suffix: str, data: bytes) -> None:
         client.put_object(Bucket=bucket, Key=rsm.object_key(md, suffix), Body=data)
 
-    return Backend("s3", rsm, stored, overwrite)
+    return Backend("s3", rsm, stored, overwrite, settings)
 
 
 @pytest.fixture(params=["filesystem", "s3"])

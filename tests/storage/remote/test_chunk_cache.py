@@ -154,6 +154,44 @@ def test_a_failed_fetch_fails_its_readers_and_is_tried_again(stored: tuple[Recor
     assert rsm.ranges == [(0, CHUNK - 1), (0, CHUNK - 1)]
 
 
+def test_a_short_chunk_is_an_error_and_not_cached(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+
+    class Short(Recording):
+        def fetch_log_segment(self, md, start, end=None):  # type: ignore[no-untyped-def]
+            return super().fetch_log_segment(md, start, end)[:-1]
+
+    short = Short(rsm.rsm)
+    chunks = cache(short)
+    with pytest.raises(RemoteStorageError, match="expected"):
+        chunks.fetch_log_segment(seg.metadata, 0, 10)
+    assert chunks.cached_bytes == 0
+
+
+def test_a_failed_prefetch_costs_only_a_later_fetch(stored: tuple[Recording, Any]) -> None:
+    # The store fails everything but chunk 0 while the first read prefetches
+    # chunks 1 and 2: that read succeeds, and the read needing chunk 1 later
+    # (store back) fetches it again rather than seeing the prefetch's error.
+    rsm, seg = stored
+
+    class DownPastChunkZero(Recording):
+        down = True
+
+        def fetch_log_segment(self, md, start, end=None):  # type: ignore[no-untyped-def]
+            self.fail = int(self.down and start > 0)
+            return super().fetch_log_segment(md, start, end)
+
+    store = DownPastChunkZero(rsm.rsm)
+    chunks = cache(store, prefetch=2)
+    assert chunks.fetch_log_segment(seg.metadata, 0, 99) == seg.log[:100]
+    chunks.close(wait=True)  # the two prefetches have run (and failed)
+    assert sorted(start for start, _ in store.ranges) == [0, CHUNK, 2 * CHUNK]
+    assert chunks.cached_bytes == CHUNK and chunks.stats.prefetches == 2
+    store.down = False
+    assert chunks.fetch_log_segment(seg.metadata, CHUNK, CHUNK + 9) == seg.log[CHUNK:CHUNK + 10]
+    assert sorted(start for start, _ in store.ranges) == [0, CHUNK, CHUNK, 2 * CHUNK]
+
+
 def test_size_zero_reads_straight_through(stored: tuple[Recording, Any]) -> None:
     rsm, seg = stored
     chunks = cache(rsm, size=0, prefetch=2)
