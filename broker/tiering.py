@@ -53,8 +53,6 @@ RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
 RLMM_REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
 # Kafka's default replication factor of __remote_log_metadata.
 DEFAULT_RLMM_REPLICATION_FACTOR = 3
-# Copy worker processes with tierd.remote.copy.processes=-1 (any store but a directory).
-DEFAULT_COPY_PROCESSES = 2
 
 
 @dataclass(slots=True)
@@ -139,8 +137,6 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
                               chunk_settings)
     processes = config["tierd.remote.copy.processes"]
-    if processes < 0:
-        processes = 0 if rsm_class == "filesystem" else DEFAULT_COPY_PROCESSES
     if processes:
         services.copier = ProcessCopier(
             rsm_class, rsm_settings, processes,

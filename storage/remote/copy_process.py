@@ -5,7 +5,10 @@ signing, checksums, the HTTP client), and in the broker's worker threads it
 holds the GIL against the event loop that serves produce: measured with the
 S3 store, produce p99 at a steady 2,000 msg/s rose 2-2.5x while segments
 were being tiered. A copy run in another process costs the broker only the
-wait for its answer.
+wait for its answer, when the machine has a core for it: on the 2-core
+development machine, shared with moto and the benchmark's clients, the
+workers' CPU made produce p99 worse (26-50 ms vs 4-5 ms), so the default is
+0 (copies in the broker's threads) and the workers run niced.
 
 How: a ``ProcessCopier`` owns a pool of ``spawn``ed processes
 (tierd.remote.copy.processes); each builds its own storage manager from the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -40,12 +44,17 @@ from storage.remote.types import LogSegmentData, RemoteLogSegmentMetadata, Remot
 
 log = structlog.get_logger(__name__)
 
+# Added to the workers' nice value (0 = the broker's priority, 19 = the lowest).
+WORKER_NICENESS = 10
 # The worker's storage manager, built by ``_start_worker``.
 _worker_rsm: Any = None
 
 
 def _start_worker(class_name: str, settings: dict[str, str], log_level: int) -> None:
     global _worker_rsm
+    # Copies are background work: on a busy machine the broker's own process
+    # (the event loop serving produce) must win the CPU.
+    os.nice(WORKER_NICENESS)
     structlog.configure(
         processors=[structlog.processors.add_log_level,
                     structlog.processors.TimeStamper(fmt="iso"),

@@ -7,7 +7,8 @@ GET of the fetch size plus 64 KiB of slack (twice the bytes delivered, one
 GET per fetch); now each 256 KiB chunk of each segment is fetched once,
 prefetched ahead of the consumer, and every other read is served from
 memory: the .log GETs equal the chunk count, and the broker's chunk
-metrics add up to them.
+metrics add up to them. The segments are copied by a worker process
+(tierd.remote.copy.processes=1).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def test_a_remote_read_fetches_each_chunk_once(request: pytest.FixtureRequest, t
     tier = s3_tier_behind_proxy
     broker = start_tiered(request, tmp_path / "broker", tier,
                           {"rsm.config.fetch.chunk.size": str(CHUNK),
-                           "rsm.config.fetch.prefetch.chunks": "2"})
+                           "rsm.config.fetch.prefetch.chunks": "2",
+                           # Copies in a worker process (storage.remote.copy_process).
+                           "tierd.remote.copy.processes": "1"})
     create_tiered_topic(broker, topic, segment_bytes=str(SEGMENT_BYTES))
     now = int(time.time() * 1000)
     batches = [[Rec(None, f"{b}-{i}-".encode().ljust(VALUE, b"x"), now) for i in range(BATCH)]
