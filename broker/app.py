@@ -18,6 +18,7 @@ import sys
 import structlog
 import trio
 
+from broker import loop_monitor
 from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
@@ -85,6 +86,7 @@ async def run(config: BrokerConfig) -> None:
         ctx, node = build(config)
         tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
                                 ctx.metrics.registry)
+    loop_monitor.install(config["tierd.event.loop.stall.ms"], ctx.metrics.registry)
     metrics_port = config["tierd.metrics.port"]
     metrics_url = "off"
     if metrics_port >= 0:

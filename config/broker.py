@@ -166,6 +166,9 @@ _DEFS: list[ConfigDef] = [
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
     ConfigDef("tierd.log.format", T.STRING, "console", "Log output.", choices=("console", "json")),
+    ConfigDef("tierd.event.loop.stall.ms", T.INT, 25, "An event-loop task step longer than "
+              "this counts as a stall (metric tierd_event_loop_stalls, a warning naming the "
+              "task); -1 = not measured.", at_least=-1),
     ConfigDef("tierd.log.level", T.STRING, "info", "Log level.",
               choices=("debug", "info", "warning", "error")),
 ]

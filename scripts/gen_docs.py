@@ -418,6 +418,7 @@ def exported_metrics() -> list[MetricRow]:
     """
     from prometheus_client import CollectorRegistry
 
+    from broker.loop_monitor import LoopMonitor
     from broker.metrics import BrokerMetrics
     from replication.fetcher import FollowerState
     from replication.metrics import ControllerStats, ReplicaStats, ReplicationCollector
@@ -428,6 +429,7 @@ def exported_metrics() -> list[MetricRow]:
 
     broker = BrokerMetrics()
     broker.add_log_sizes(lambda: [("topic", 0, 0)])
+    LoopMonitor(0.025, broker.registry).stalls.labels("task")
     _touch_labelled(broker)
     base = _families(broker.registry)
 

@@ -1,0 +1,52 @@
+"""LoopMonitor: a task step that blocks the event loop is counted, by task, and
+steps that yield in time are not."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from broker import loop_monitor
+
+
+async def blocking_step() -> None:
+    time.sleep(0.06)  # a synchronous call on the event loop
+    await trio.sleep(0)
+
+
+async def polite_steps() -> None:
+    for _ in range(20):
+        time.sleep(0.001)
+        await trio.sleep(0)
+
+
+def stalls(registry: CollectorRegistry, task: str) -> float:
+    return registry.get_sample_value("tierd_event_loop_stalls_total", {"task": task}) or 0.0
+
+
+def test_a_long_step_is_a_stall_of_its_task() -> None:
+    registry = CollectorRegistry()
+
+    async def main() -> None:
+        monitor = loop_monitor.install(30, registry)
+        assert monitor is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocking_step)
+            nursery.start_soon(polite_steps)
+        trio.lowlevel.remove_instrument(monitor)
+
+    trio.run(main)
+    name = f"{__name__}.blocking_step"
+    assert stalls(registry, name) == 1
+    assert stalls(registry, f"{__name__}.polite_steps") == 0
+    assert registry.get_sample_value("tierd_event_loop_stall_seconds_count") >= 1
+    assert registry.get_sample_value("tierd_event_loop_stall_seconds_sum") >= 0.06
+
+
+def test_off_installs_nothing() -> None:
+    async def main() -> None:
+        assert loop_monitor.install(-1, CollectorRegistry()) is None
+
+    trio.run(main)
