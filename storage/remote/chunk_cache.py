@@ -65,7 +65,7 @@ CONFIG_DEFS: list[ConfigDef] = [
     ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.chunks", T.INT, 2,
               "Chunks fetched ahead of a sequential remote read; 0 turns prefetch off.",
               at_least=0),
-    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 2,
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 4,
               "Threads fetching chunks ahead (their own pool, apart from the readers).",
               at_least=1),
 ]

@@ -425,23 +425,23 @@ class RemoteLogManager:
             self._forget_old_reads()
 
     def _prefetch_next_segment(self, p: TieredPartition, md: RemoteLogSegmentMetadata) -> None:
-        """A sequential read near the end of ``md``: fetch the first chunks of
-        the next remote segments ahead (as many chunks as prefetch allows,
-        across segments smaller than that), so crossing segments costs no
-        round trip."""
+        """A sequential read near the end of ``md``: fetch the next remote
+        segments' first chunks ahead, so crossing segments costs no round
+        trip. The budget is in bytes (prefetch chunks x chunk size): segments
+        smaller than a chunk are prefetched several at a time."""
         chunks = self.svc.chunks
         if chunks is None or not chunks.wants_next_segment(md):
             return
-        budget = chunks.prefetch_chunks
+        budget = chunks.prefetch_chunks * chunks.chunk_size
         following = md
         while budget > 0:
             try:
                 following = self.segment_for(p, following.end_offset + 1)
             except KafkaApiError:
                 return  # the next offsets are local (or not in this lineage)
-            count = min(budget, chunks.chunk_count(following))
+            count = min(-(-budget // chunks.chunk_size), chunks.chunk_count(following))
             chunks.prefetch(following, 0, count)
-            budget -= count
+            budget -= min(count * chunks.chunk_size, following.segment_size_in_bytes)
 
     def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,
                      code: ErrorCode) -> KafkaApiError:
