@@ -26,13 +26,11 @@ from kafka import KafkaConsumer, TopicPartition
 from system_tests.admin.tool import run_admin
 from system_tests.cluster.cluster import Cluster, wait_for
 from system_tests.cluster.test_tiered_replicas import (
-    local_bases,
     produce,
     read_from,
-    tiered_config,
+    start_with_tiered_topic,
 )
 from system_tests.tiered_helpers import (
-    ONE_BATCH_PER_SEGMENT,
     RemoteTier,
     lose_remote_metadata,
     store_args,
@@ -63,16 +61,7 @@ def replica_rows(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
 
 def test_rebuilt_metadata_serves_the_log_from_every_replica(cluster: Cluster, topic: str,
                                                              tier: RemoteTier) -> None:
-    cluster.start(tiered_config(tier))
-    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2",
-                                       "remote.storage.enable": "true",
-                                       "segment.bytes": ONE_BATCH_PER_SEGMENT,
-                                       "local.retention.bytes": "1"})
-    values = [f"v{i}".encode() for i in range(RECORDS)]
-    assert produce(cluster, topic, values) == list(range(RECORDS))
-    wait_for("tiered and freed on every replica", lambda: all(
-        (bases := local_bases(cluster, n, topic)) and bases[0] >= RECORDS - 3
-        for n in (1, 2, 3)))
+    values = start_with_tiered_topic(cluster, tier, topic, RECORDS)
     logs = set(tier.log_objects(topic, 0))
 
     for broker in cluster.brokers.values():

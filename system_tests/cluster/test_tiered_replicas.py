@@ -56,6 +56,25 @@ def produce(cluster: Cluster, topic: str, values: list[bytes]) -> list[int]:
         producer.close()
 
 
+def start_with_tiered_topic(cluster: Cluster, tier: RemoteTier, topic: str,
+                            count: int) -> list[bytes]:
+    """Start the cluster over ``tier``; a topic (RF 3, min ISR 2, one batch per
+    segment, local retention 1 byte) with ``count`` records, one batch each,
+    tiered and freed on every replica down to its last few. Returns the values."""
+    cluster.start(tiered_config(tier))
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2",
+                                       "remote.storage.enable": "true",
+                                       "segment.bytes": ONE_BATCH_PER_SEGMENT,
+                                       "local.retention.bytes": "1"})
+    values = [f"v{i}".encode() for i in range(count)]
+    assert produce(cluster, topic, values) == list(range(count))
+    # Every replica keeps only its tail locally once the leader has tiered the rest.
+    wait_for("local disks freed on every replica", lambda: all(
+        (bases := local_bases(cluster, n, topic)) and bases[0] >= count - 3
+        for n in (1, 2, 3)))
+    return values
+
+
 def read_from(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              fetch_max_wait_ms=200, request_timeout_ms=20_000)
@@ -78,18 +97,7 @@ def read_from(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]
 
 def test_a_wiped_broker_rebuilds_from_the_tier_and_serves_the_whole_log(
         cluster: Cluster, topic: str, tier: RemoteTier) -> None:
-    cluster.start(tiered_config(tier))
-    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2",
-                                       "remote.storage.enable": "true",
-                                       "segment.bytes": ONE_BATCH_PER_SEGMENT,
-                                       "local.retention.bytes": "1"})
-    values = [f"v{i}".encode() for i in range(RECORDS)]
-    assert produce(cluster, topic, values) == list(range(RECORDS))
-
-    # Every replica keeps only its tail locally once the leader has tiered the rest.
-    wait_for("local disks freed on every replica", lambda: all(
-        (bases := local_bases(cluster, n, topic)) and bases[0] >= RECORDS - 3
-        for n in (1, 2, 3)))
+    values = start_with_tiered_topic(cluster, tier, topic, RECORDS)
 
     leader = cluster.leader(topic, 0)
     victim = next(n for n in (1, 2, 3) if n != leader)
