@@ -71,3 +71,42 @@ def own_cpu_seconds() -> float:
     """Return CPU seconds used by the benchmark process itself (all threads)."""
     times = os.times()
     return times.user + times.system
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` (VmRSS), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class PeakRss:
+    """Samples a process's RSS every ``interval_s`` in a thread while open;
+    ``peak`` is the largest sample (bytes)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+        import threading
+
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="peak-rss")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pid))

@@ -53,6 +53,7 @@ from bench.kafka_util import (
     wait_metadata_ready,
 )
 from bench.payload import PayloadSet, Verifier, payload_set
+from bench.procstat import PeakRss, rss_bytes
 from bench.registry import Scenario, ScenarioContext, register
 from bench.results import CaseResult, MetricSpec, Target, TargetKind
 from bench.stats import percentile
@@ -114,6 +115,10 @@ METRICS = (
     MetricSpec("cold_hot_ratio", "cold/hot read MB/s", "x", True, "{:,.3f}"),
     MetricSpec("cold_first_ms", "cold read: first record after", "ms", False, "{:,.1f}"),
     MetricSpec("hot_first_ms", "hot read: first record after", "ms", False, "{:,.1f}"),
+    MetricSpec("cold_rss_growth_mib", "broker RSS growth during the cold read", "MiB", False,
+               "{:,.1f}"),
+    MetricSpec("hot_rss_growth_mib", "broker RSS growth during the hot read", "MiB", False,
+               "{:,.1f}"),
     MetricSpec("remote_pct", "cold topic share remote", "%", True, "{:,.1f}"),
     MetricSpec("tier_wait_s", "bulk backlog tiered after", "s", False, "{:,.2f}"),
     MetricSpec("p50_on_ms", "produce p50, tiering on", "ms", False, "{:,.2f}"),
@@ -373,7 +378,10 @@ def run_case(ctx: ScenarioContext, rsm: str, result: CaseResult) -> None:
             model = remote.model if side == "cold" else None
             if model is not None:
                 model.reset_stats()
-            outcome = read_all(broker.bootstrap, topic, payloads, config.idle_timeout)
+            before = rss_bytes(broker.pid)
+            with PeakRss(broker.pid) as rss:
+                outcome = read_all(broker.bootstrap, topic, payloads, config.idle_timeout)
+            result.metrics[f"{side}_rss_growth_mib"] = (rss.peak - before) / MIB
             if model is not None:
                 record_model_reads(result, model.stats())
             secs = max(outcome.elapsed, 1e-9)
@@ -428,12 +436,15 @@ def run(ctx: ScenarioContext) -> list[CaseResult]:
 # Issue 9's targets. GETs per MiB: one per chunk (4 MiB by default, but a
 # chunk never spans segments, so one per 1 MiB segment here) plus one index
 # GET per segment at most. First record: one GET's latency (30 ms) + 20 ms.
+# RSS: growth over the broker's RSS before the read.
 TARGETS = (
     Target("cold_hot_ratio", TargetKind.ABSOLUTE_AT_LEAST, 0.8, unit="x"),
     Target("p99_on_off_ratio", TargetKind.ABSOLUTE_AT_MOST, 1.1, cases="s3-model-*", unit="x"),
     Target("cold_gets_per_mib", TargetKind.ABSOLUTE_AT_MOST, 2 * MIB / SEGMENT_BYTES,
            cases="s3-model-*", unit="GET/MiB"),
     Target("cold_first_ms", TargetKind.ABSOLUTE_AT_MOST, 50.0, cases="s3-model-*", unit="ms"),
+    # The chunk cache's default bound (64 MiB) + 100 MiB.
+    Target("cold_rss_growth_mib", TargetKind.ABSOLUTE_AT_MOST, 164.0, unit="MiB"),
 )
 
 SCENARIO = register(
