@@ -65,9 +65,12 @@ def check_deleted_below(broker: TierdProc, tier: RemoteTier, topic: str, start: 
         assert [o for o, _ in read_all(client, topic, start=start)] == list(range(start, end))
 
         def metadata_settled() -> bool:
-            segments = read_metadata(client, topic).segments.values()
-            return all(s.states[-1] == DELETE_SEGMENT_FINISHED
-                       for s in segments if s.start_offset not in remaining)
+            # Deletions finished, and the copies of the remaining segments too:
+            # a copy's .log object appears before its COPY_SEGMENT_FINISHED.
+            history = read_metadata(client, topic)
+            return (all(s.states[-1] == DELETE_SEGMENT_FINISHED
+                        for s in history.segments.values() if s.start_offset not in remaining)
+                    and {s.start_offset for s in history.live()} == set(remaining))
 
         eventually(metadata_settled, lambda: f"metadata: {read_metadata(client, topic)}")
         live = {s.start_offset for s in read_metadata(client, topic).live()}
