@@ -35,6 +35,10 @@ class BrokerMetrics:
                                        ["api", "error"], registry=r)
         self.protocol_errors = Counter("tierd_protocol_errors",
                                        "Connections closed for bad input", ["reason"], registry=r)
+        self.sendfile_bytes = Counter(
+            "tierd_fetch_sendfile_bytes",
+            "Fetch response bytes sent from segment files with sendfile (tierd.fetch.zero.copy)",
+            registry=r)
         self.connections = Gauge("tierd_open_connections", "Open client connections", registry=r)
         self.connections_total = Counter("tierd_connections", "Accepted connections", registry=r)
 

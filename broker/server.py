@@ -21,11 +21,13 @@ from typing import Any
 import structlog
 import trio
 
+from broker import zero_copy
 from broker.context import BrokerContext, client_host
 from broker.handlers import HANDLERS
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
+from storage.log.file_slice import ShortFileSlice
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +79,7 @@ class Connection:
             if not data:
                 return
             self.decoder.feed(data)
-            out: list[bytes] = []
+            out: list[zero_copy.Part] = []
             try:
                 while True:
                     try:
@@ -87,24 +89,37 @@ class Connection:
                     if frame is None:
                         break
                     response = await self._handle(frame)
-                    if response is not None:
+                    if isinstance(response, list):
+                        out.extend(response)
+                    elif response is not None:
                         out.append(response)
             except CloseConnection:
                 # Requests before the bad one were handled (a produce may be
                 # appended): answer them before closing, as Kafka does.
                 if out:
                     with trio.move_on_after(5):
-                        await self.stream.send_all(b"".join(out))
+                        await self._send(out)
+                raise
+            except BaseException:
+                zero_copy.close_parts(out)
                 raise
             if out:
-                await self.stream.send_all(b"".join(out) if len(out) > 1 else out[0])
+                await self._send(out)
+
+    async def _send(self, parts: list[zero_copy.Part]) -> None:
+        try:
+            from_files = await zero_copy.send_parts(self.stream, parts)
+        except ShortFileSlice as exc:
+            self._reject("short_file_slice", str(exc))
+        if from_files:
+            self.ctx.metrics.sendfile_bytes.inc(from_files)
 
     def _reject(self, reason: str, detail: str, **fields: Any) -> None:
         log.warning("closing connection", peer=self.peer, reason=reason, detail=detail, **fields)
         self.ctx.metrics.protocol_errors.labels(reason).inc()
         raise CloseConnection(reason)
 
-    async def _handle(self, frame: bytes) -> bytes | None:
+    async def _handle(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
         try:
             header = api.parse_header(frame)
         except api.UnsupportedVersion as exc:
@@ -120,7 +135,11 @@ class Connection:
         started = time.perf_counter()
         try:
             response = await HANDLERS[header.api_key](self.ctx, header, request)
-            encoded = None if response is None else api.encode_response(header, response)
+            encoded: bytes | list[zero_copy.Part] | None
+            if isinstance(response, zero_copy.SplicedResponse):
+                encoded = response.encode(header, spec.is_flexible(header.api_version))
+            else:
+                encoded = None if response is None else api.encode_response(header, response)
         except CloseConnection:
             raise
         except Exception:

@@ -169,6 +169,9 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("tierd.event.loop.stall.ms", T.INT, 25, "An event-loop task step longer than "
               "this counts as a stall (metric tierd_event_loop_stalls, a warning naming the "
               "task); -1 = not measured.", at_least=-1),
+    ConfigDef("tierd.fetch.zero.copy", T.BOOLEAN, True, "Send local log data of fetch "
+              "responses with sendfile, from the page cache to the socket (off: read into "
+              "memory and send)."),
     ConfigDef("tierd.log.level", T.STRING, "info", "Log level.",
               choices=("debug", "info", "warning", "error")),
 ]

@@ -36,6 +36,7 @@ import trio
 
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
+from storage.log.file_slice import FileSlice
 
 if TYPE_CHECKING:
     from replication.replica_manager import ReplicaManager
@@ -67,6 +68,9 @@ class FetchParams:
     max_bytes: int = 50 * 1024 * 1024
     read_committed: bool = False
     replica_id: int = CONSUMER_REPLICA_ID
+    # Local data as FileSlices for the connection to sendfile (the network
+    # fetch path); off for in-process callers that want bytes.
+    zero_copy: bool = False
 
     @property
     def is_follower(self) -> bool:
@@ -78,7 +82,8 @@ class FetchResult:
     """What one partition of the fetch answers."""
 
     error: ErrorCode = ErrorCode.NONE
-    records: bytes = b""
+    # Bytes, or a FileSlice of a local segment when the fetch asked for zero copy.
+    records: bytes | FileSlice = b""
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
@@ -107,12 +112,20 @@ async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResu
         if (total >= params.min_bytes or any_error or remote
                 or trio.current_time() >= deadline):
             break
+        _close_slices(results)
         await purgatory.wait(keys, deadline)
     _fill_offsets(replicas, params, results)
     if params.is_follower:
         # Counted once per answer (a delayed fetch reads more than once).
         replicas.stats.bytes_out.inc(sum(len(r.records) for r in results))
     return results
+
+
+def _close_slices(results: list[FetchResult]) -> None:
+    """Release the file slices of a pass whose answer is not sent (it waits and reads again)."""
+    for result in results:
+        if isinstance(result.records, FileSlice):
+            result.records.close()
 
 
 def _read_local(replicas: ReplicaManager, params: FetchParams
@@ -132,14 +145,16 @@ def _read_local(replicas: ReplicaManager, params: FetchParams
         budget = min(p.max_bytes, max(params.max_bytes - total, 0))
         try:
             if params.is_follower:
-                result = _read_for_follower(replicas, params.replica_id, p, budget, total == 0)
+                result = _read_for_follower(replicas, params.replica_id, p, budget, total == 0,
+                                            params.zero_copy)
                 results.append(result)
                 total += len(result.records)
                 continue
             part = replicas.leader_partition((p.topic, p.partition))
             replicas.check_leader_epoch(part, p.current_leader_epoch)
-            _, got = replicas.read((p.topic, p.partition), p.offset, budget,
-                                   params.read_committed, min_one_batch=total == 0)
+            got = replicas.read((p.topic, p.partition), p.offset, budget,
+                                params.read_committed, min_one_batch=total == 0,
+                                zero_copy=params.zero_copy)
         except KafkaApiError as exc:
             results.append(FetchResult(exc.code))
             if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
@@ -148,13 +163,13 @@ def _read_local(replicas: ReplicaManager, params: FetchParams
             else:
                 any_error = True
             continue
-        results.append(FetchResult(records=got.data))
-        total += len(got.data)
+        results.append(FetchResult(records=got))
+        total += len(got)
     return results, total, any_error, remote
 
 
 def _read_for_follower(replicas: ReplicaManager, replica_id: int, p: FetchPartition,
-                       budget: int, min_one_batch: bool) -> FetchResult:
+                       budget: int, min_one_batch: bool, zero_copy: bool) -> FetchResult:
     """A follower's read: divergence check, data up to the log end, and its
     progress recorded (high watermark, ISR).
 
@@ -169,9 +184,9 @@ def _read_for_follower(replicas: ReplicaManager, replica_id: int, p: FetchPartit
         epoch, end = lg.epochs.end_offset_for(p.last_fetched_epoch, lg.end_offset)
         if epoch != p.last_fetched_epoch or end < p.offset:
             return FetchResult(diverging_epoch=(epoch, end))
-    got = lg.read(p.offset, budget, lg.end_offset, min_one_batch)
+    got = lg.read_for_send(p.offset, budget, lg.end_offset, min_one_batch, zero_copy)
     replicas.update_follower(tp, replica_id, p.offset)
-    return FetchResult(records=got.data)
+    return FetchResult(records=got)
 
 
 async def _read_remote(replicas: ReplicaManager, params: FetchParams,
@@ -231,10 +246,13 @@ def _fill_offsets(replicas: ReplicaManager, params: FetchParams,
             result.aborted = []
 
 
-def _local_aborted(lg: Any, offset: int, data: bytes) -> list[Any]:
-    last = -1
-    for header in records.iter_headers(data):
-        last = header.last_offset
+def _local_aborted(lg: Any, offset: int, data: bytes | FileSlice) -> list[Any]:
+    if isinstance(data, FileSlice):
+        last = data.last_offset
+    else:
+        last = -1
+        for header in records.iter_headers(data):
+            last = header.last_offset
     if last < offset:
         return []
     return list(lg.collect_aborted(offset, last + 1))

@@ -38,7 +38,8 @@ from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import Purgatory
-from storage.log.log import AppendResult, Log, ReadResult
+from storage.log.file_slice import FileSlice
+from storage.log.log import AppendResult, Log
 from storage.log.manager import LogManager, TopicPartition
 from storage.log.producer_state import AppendOrigin
 from storage.remote.manager import RemoteLogManager
@@ -412,8 +413,9 @@ class ReplicaManager:
         return await fetch_path.fetch(self, params)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
-             min_one_batch: bool) -> tuple[Partition, ReadResult]:
-        """Read for a consumer, up to the high watermark (or LSO).
+             min_one_batch: bool, zero_copy: bool = False) -> bytes | FileSlice:
+        """Read for a consumer, up to the high watermark (or LSO); with
+        ``zero_copy`` the data may be a ``FileSlice`` (see ``Log.read_for_send``).
 
         Raises:
             KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
@@ -421,8 +423,8 @@ class ReplicaManager:
         part = self.leader_partition(tp)
         limit = part.last_stable_offset if committed_only else part.high_watermark
         if offset > part.high_watermark and offset <= part.log.end_offset:
-            return part, ReadResult(b"", offset)
-        return part, part.log.read(offset, max_bytes, limit, min_one_batch)
+            return b""
+        return part.log.read_for_send(offset, max_bytes, limit, min_one_batch, zero_copy)
 
     def replay_batches(self, tp: TopicPartition
                        ) -> Iterator[tuple[records.BatchHeader, bytes]]:

@@ -4,6 +4,16 @@ To add one, write ``bench/scenarios/<name>.py`` that calls
 :func:`bench.registry.register` at import time and import it here.
 """
 
-from bench.scenarios import cluster, e2e_latency, groups, rebuild, spark, throughput, tiered
+from bench.scenarios import (
+    cluster,
+    e2e_latency,
+    groups,
+    rebuild,
+    spark,
+    throughput,
+    tiered,
+    zero_copy,
+)
 
-__all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "spark"]
+__all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "spark",
+           "zero_copy"]

@@ -190,10 +190,24 @@ def consume_phase(
     ctx: ScenarioContext, topic: str, payloads: PayloadSet
 ) -> tuple[PhaseOutcome, Verifier]:
     """Read the topic from the beginning until every produced value was verified."""
+    return timed_consume(ctx.bootstrap, ctx.broker.cpu_seconds, topic, payloads,
+                         ctx.config.phase_timeout(payloads.count), ctx.config.idle_timeout)
+
+
+def timed_consume(
+    bootstrap: str,
+    broker_cpu: Callable[[], float],
+    topic: str,
+    payloads: PayloadSet,
+    timeout: float,
+    idle_timeout: float,
+) -> tuple[PhaseOutcome, Verifier]:
+    """Read ``topic`` on ``bootstrap`` from the beginning until every produced value
+    was verified (or ``timeout`` passes, or nothing arrives for ``idle_timeout``)."""
     verifier = Verifier(payloads.crcs)
     consumer = Consumer(
         consumer_config(
-            ctx.bootstrap,
+            bootstrap,
             f"bench-{topic}",
             **{
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
@@ -204,13 +218,13 @@ def consume_phase(
     errors, first_error = 0, ""
     try:
         parts = topic_partitions(consumer, topic)
-        deadline = time.monotonic() + ctx.config.phase_timeout(payloads.count)
-        cpu0, own0, t0 = ctx.broker.cpu_seconds(), own_cpu_seconds(), time.perf_counter()
+        deadline = time.monotonic() + timeout
+        cpu0, own0, t0 = broker_cpu(), own_cpu_seconds(), time.perf_counter()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         last_progress = time.monotonic()
         while not verifier.complete():
             now = time.monotonic()
-            if now > deadline or now - last_progress > ctx.config.idle_timeout:
+            if now > deadline or now - last_progress > idle_timeout:
                 break
             # consume() blocks until the batch is full or the timeout expires, so never
             # ask for more than is still missing (else the tail waits out the timeout).
@@ -222,7 +236,7 @@ def consume_phase(
                     continue
                 verifier.feed(msg.value())
                 last_progress = now
-        elapsed, cpu1, own1 = time.perf_counter() - t0, ctx.broker.cpu_seconds(), own_cpu_seconds()
+        elapsed, cpu1, own1 = time.perf_counter() - t0, broker_cpu(), own_cpu_seconds()
     finally:
         consumer.close()
     notes = [f"{errors} consumer error(s), first: {first_error}"] if errors else []

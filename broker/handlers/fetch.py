@@ -24,9 +24,11 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker.context import BrokerContext
 from broker.handlers import leader_discovery
+from broker.zero_copy import SplicedResponse
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from replication.fetch import CONSUMER_REPLICA_ID, FetchParams, FetchPartition, FetchResult
+from storage.log.file_slice import FileSlice
 
 READ_COMMITTED = 1
 # Topic-id based fetch starts at v13.
@@ -46,7 +48,8 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
     params = FetchParams(wanted, max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
                          max_bytes=req.max_bytes,
                          read_committed=req.isolation_level == READ_COMMITTED,
-                         replica_id=replica_id(req, v))
+                         replica_id=replica_id(req, v),
+                         zero_copy=ctx.config["tierd.fetch.zero.copy"])
     results = await ctx.replicas.fetch(params)
     return _build(ctx, resp, v, params, topic_ids, results)
 
@@ -80,6 +83,9 @@ def _resolve(ctx: BrokerContext, req: Any, v: int
 
 def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
            topic_ids: list[uuid.UUID | None], results: list[FetchResult]) -> Any:
+    """The response; a ``SplicedResponse`` around it when local data comes as
+    file slices (sent with sendfile)."""
+    spliced = SplicedResponse(None)
     topic_cls = resp.FetchableTopicResponse
     part_cls = topic_cls.PartitionData
     aborted_cls = part_cls.AbortedTransaction
@@ -102,17 +108,25 @@ def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
         if hints is not None and r.error in leader_discovery.FETCH_ERRORS:
             extra["current_leader"] = hints.current_leader((p.topic, p.partition),
                                                            part_cls.LeaderIdAndEpoch)
+        data = r.records
+        if isinstance(data, FileSlice):
+            data = spliced.placeholder(data)
         by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
             partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
             last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=r.records,
+            aborted_transactions=aborted, preferred_read_replica=-1, records=data,
             **extra))
     topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
               for (name, tid), parts in by_topic.items()]
     if hints is None:
-        return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-    return resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
-                node_endpoints=hints.node_endpoints(resp.NodeEndpoint))
+        response = resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    else:
+        response = resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
+                        node_endpoints=hints.node_endpoints(resp.NodeEndpoint))
+    if not spliced.slices:
+        return response
+    spliced.response = response
+    return spliced
 
 
 HANDLERS = {FetchRequest.API_KEY: handle_fetch}

@@ -35,6 +35,7 @@ from protocol import records
 from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import LeaderEpochCache
+from storage.log.file_slice import FileSlice
 from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
 from storage.log.segment import LogSegment
@@ -437,6 +438,18 @@ class Log:
             KafkaApiError: OFFSET_OUT_OF_RANGE if ``offset`` is below the log
                 start or above the log end.
         """
+        data = self.read_for_send(offset, max_bytes, max_offset, min_one_batch, zero_copy=False)
+        assert isinstance(data, bytes)
+        return ReadResult(data, offset)
+
+    def read_for_send(self, offset: int, max_bytes: int, max_offset: int | None,
+                      min_one_batch: bool, zero_copy: bool) -> bytes | FileSlice:
+        """``read``'s batches; with ``zero_copy`` a non-empty answer is a
+        ``FileSlice`` of the segment, for the connection to sendfile.
+
+        Raises:
+            KafkaApiError: as ``read``.
+        """
         end = self.end_offset
         local_start = self.local_log_start_offset
         if offset < local_start and offset >= self.log_start_offset:
@@ -447,20 +460,20 @@ class Log:
                                 f"offset {offset} not in [{self.log_start_offset}, {end}]")
         upper = end if max_offset is None else min(max_offset, end)
         if offset >= upper:
-            return ReadResult(b"", offset)
+            return b""
         i = self._segment_for(offset)
         while i < len(self.segments):
             seg = self.segments[i]
             limit = self._position_limit(seg, upper)
-            got = seg.read(offset, max_bytes, limit, min_one_batch)
+            got = seg.read(offset, max_bytes, limit, min_one_batch, zero_copy)
             if got is not None:
                 # Possibly empty: the batch holding ``offset`` is over budget,
                 # and later batches must not be returned in its place.
-                return ReadResult(got[0], offset)
+                return got[0]
             if limit is not None and limit < seg.size:
                 break
             i += 1
-        return ReadResult(b"", offset)
+        return b""
 
     def _position_limit(self, seg: LogSegment, upper: int) -> int | None:
         if upper > seg.last_offset:

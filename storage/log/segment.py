@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import structlog
 
 from protocol import records
+from storage.log.file_slice import FileSlice
 from storage.log.index import OffsetIndex, TimeIndex
 from storage.log.txn_index import TransactionIndex
 
@@ -141,7 +142,8 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, max_position: int | None,
-             min_one_batch: bool) -> tuple[bytes, int] | None:
+             min_one_batch: bool, zero_copy: bool = False
+             ) -> tuple[bytes | FileSlice, int] | None:
         """Read whole batches starting with the one holding ``offset``.
 
         Args:
@@ -150,9 +152,11 @@ class LogSegment:
             max_position: do not read at or past this file position (the
                 high watermark's position), None for the segment end.
             min_one_batch: return the first batch even if larger than max_bytes.
+            zero_copy: return a ``FileSlice`` of the batches instead of their
+                bytes (the network layer sends it with sendfile).
 
         Returns:
-            (bytes, first batch position); the bytes are empty when the batch
+            (bytes or slice, first batch position); empty when the batch
             holding ``offset`` exceeds the budget and ``min_one_batch`` is off.
             None if no batch at or after ``offset`` is readable in this segment.
         """
@@ -163,14 +167,17 @@ class LogSegment:
         if first.size > max_bytes:
             if not min_one_batch:
                 return b"", first.position
-            length = min(first.size, limit - first.position)
+            length, last_offset = min(first.size, limit - first.position), first.last_offset
         else:
-            length = self._whole_batches(first, max_bytes, limit)
-        data = os.pread(self.fd, length, first.position)
-        return data, first.position
+            length, last_offset = self._whole_batches(first, max_bytes, limit)
+        if zero_copy:
+            return FileSlice(self.fd, first.position, length, last_offset), first.position
+        return os.pread(self.fd, length, first.position), first.position
 
-    def _whole_batches(self, first: BatchPosition, max_bytes: int, limit: int) -> int:
-        """Bytes of consecutive whole batches from ``first`` within the budget."""
+    def _whole_batches(self, first: BatchPosition, max_bytes: int, limit: int
+                       ) -> tuple[int, int]:
+        """(bytes, last offset) of consecutive whole batches from ``first``
+        within the budget."""
         length = first.size
         batch = first
         while first.position + length < limit:
@@ -180,7 +187,7 @@ class LogSegment:
             length += nxt.size
             batch = nxt
         self._hint = (batch.last_offset + 1, first.position + length)
-        return length
+        return length, batch.last_offset
 
     def position_of(self, offset: int) -> int:
         """Byte position of the batch holding ``offset``, or the size if beyond."""

@@ -1,0 +1,106 @@
+"""Fetch responses sent with sendfile: encoding around file slices, and sending.
+
+A handler that answers with local log data as ``FileSlice``s returns a
+``SplicedResponse``: the response object with a marker in place of each
+slice's bytes (see ``protocol.spliced``). The connection turns it into wire
+parts, byte strings and slices, and sends the slices with ``os.sendfile``
+from the segment file to the socket, waiting for writability with trio.
+
+Error handling: a slice whose file ended early (truncated after the read)
+cannot be sent without breaking the frame, so ``send_parts`` raises
+``ShortFileSlice`` and the connection is closed; the client reconnects and
+fetches again. Every slice is closed once sent or abandoned.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from protocol import spliced
+from protocol.api import RequestHeader
+from storage.log.file_slice import FileSlice, ShortFileSlice
+
+Part = bytes | FileSlice
+
+
+@dataclass(slots=True)
+class SplicedResponse:
+    """A response object whose byte fields named in ``slices`` hold markers."""
+
+    response: Any
+    slices: list[tuple[bytes, FileSlice]] = field(default_factory=list)
+
+    def placeholder(self, data: FileSlice) -> bytes:
+        """A marker to put in the response in place of ``data`` (in encoding order)."""
+        marker = spliced.new_marker()
+        self.slices.append((marker, data))
+        return marker
+
+    def encode(self, header: RequestHeader, flexible_body: bool) -> list[Part]:
+        """The wire parts: byte strings and the slices, in order."""
+        try:
+            parts = spliced.encode_spliced(header, self.response, flexible_body,
+                                           [(m, len(s)) for m, s in self.slices])
+        except BaseException:
+            close_parts(s for _, s in self.slices)
+            raise
+        return [self.slices[p][1] if isinstance(p, int) else p for p in parts]
+
+
+def close_parts(parts: Any) -> None:
+    for part in parts:
+        if isinstance(part, FileSlice):
+            part.close()
+
+
+async def send_parts(stream: trio.SocketStream, parts: Sequence[Part]) -> int:
+    """Send byte strings (consecutive ones joined) and file slices, in order;
+    every slice is closed afterwards, sent or not.
+
+    Returns:
+        The bytes sent with sendfile.
+
+    Raises:
+        ShortFileSlice: a slice's file ended early (the frame cannot be finished).
+        trio.BrokenResourceError, OSError: the connection failed.
+    """
+    from_files = 0
+    try:
+        pending: list[bytes] = []
+        for part in parts:
+            if isinstance(part, bytes):
+                pending.append(part)
+                continue
+            if pending:
+                await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
+                pending = []
+            await _sendfile(stream, part)
+            from_files += part.length
+        if pending:
+            await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
+    finally:
+        close_parts(parts)
+    return from_files
+
+
+async def _sendfile(stream: trio.SocketStream, part: FileSlice) -> None:
+    sock = stream.socket
+    out_fd = sock.fileno()
+    offset, left = part.position, part.length
+    while left:
+        try:
+            sent = os.sendfile(out_fd, part.fd, offset, left)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        if sent == 0:
+            raise ShortFileSlice(f"file slice ended after {part.length - left} of "
+                                 f"{part.length} bytes")
+        offset += sent
+        left -= sent
+    await trio.lowlevel.checkpoint()
