@@ -17,6 +17,12 @@ reader asks for past its budget is not fetched twice.
   needs a chunk already being fetched (by another reader or by prefetch)
   waits for that fetch; a failed fetch fails its waiters and is forgotten,
   so the next read tries the store again.
+* Streaming: a chunk arrives in pieces (the storage manager's
+  ``open_log_segment`` stream, where it has one), and a reader waits only
+  for the bytes it needs: a cold read's first batch is served one GET
+  latency after it asks, not after the whole chunk has crossed the network.
+  The reader that started a fetch hands the rest of the stream to the filler
+  threads once its own range is in; the chunk is cached once complete.
 * Prefetch: a read that continues where the previous read of the same
   segment ended (or starts a segment at byte 0) schedules the next
   rsm.config.fetch.prefetch.chunks chunks (default 2) on the prefetch pool
@@ -39,6 +45,7 @@ a chunk whose length differs from what the metadata says raises
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import threading
 import uuid
 from collections import OrderedDict
@@ -74,8 +81,67 @@ CONFIG_DEFS: list[ConfigDef] = [
 KEYS = frozenset(d.name.removeprefix(RSM_CONFIG_PREFIX) for d in CONFIG_DEFS)
 # Segments whose last read position is remembered to recognise sequential reads.
 _TRACKED_SEGMENTS = 4096
+# A chunk is read from its stream in pieces this large: a reader waiting for the
+# first bytes of a chunk gets them after one piece, not the whole chunk.
+_STREAM_PIECE = 256 * 1024
+# Threads finishing chunks whose first reader went on (at least; more with more
+# prefetch threads), so a reader never waits for a chunk's tail it does not need.
+_MIN_FILLERS = 4
 
 _ChunkKey = tuple[uuid.UUID, int]
+
+
+def _started_pool(threads: int, name: str) -> concurrent.futures.ThreadPoolExecutor:
+    """A thread pool whose threads all run already: the executor starts a thread
+    on ``submit`` while it has fewer than its maximum, and a thread start waits
+    for the new thread to take the GIL, behind the threads streaming chunks; the
+    event loop submits prefetches, and must not wait for that."""
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
+    barrier = threading.Barrier(threads + 1)
+    for _ in range(threads):
+        pool.submit(barrier.wait)
+    barrier.wait()  # every thread has started (and is idle once this returns)
+    return pool
+
+
+class _Filling:
+    """A chunk on its way in: readers wait for the bytes they need.
+
+    Concurrency: one thread adds; any number wait. The buffer never moves, and
+    bytes below ``filled`` never change.
+    """
+
+    __slots__ = ("buf", "filled", "error", "cond")
+
+    def __init__(self, size: int) -> None:
+        self.buf = bytearray(size)
+        self.filled = 0
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+
+    def add(self, piece: bytes) -> None:
+        with self.cond:
+            self.buf[self.filled:self.filled + len(piece)] = piece
+            self.filled += len(piece)
+            self.cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.cond:
+            self.error = exc
+            self.cond.notify_all()
+
+    def wait_for(self, lo: int, hi: int) -> bytes:
+        """Bytes ``lo..hi`` once they are in.
+
+        Raises:
+            The fetch's error, if it failed before they arrived.
+        """
+        with self.cond:
+            self.cond.wait_for(lambda: self.filled >= hi or self.error is not None)
+            if self.filled < hi:
+                assert self.error is not None
+                raise self.error
+            return bytes(self.buf[lo:hi])
 
 
 @dataclass(slots=True)
@@ -110,13 +176,15 @@ class ChunkCache:
         self.stats = ChunkStats()
         self._chunks: OrderedDict[_ChunkKey, bytes] = OrderedDict()
         self._bytes = 0
-        self._inflight: dict[_ChunkKey, concurrent.futures.Future[bytes]] = {}
+        self._inflight: dict[_ChunkKey, _Filling] = {}
         self._next_position: OrderedDict[uuid.UUID, int] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
-        self._prefetcher = concurrent.futures.ThreadPoolExecutor(
-            values["fetch.prefetch.threads"], thread_name_prefix="remote-prefetch"
-        ) if self.prefetch_chunks else None
+        self._prefetcher = _started_pool(values["fetch.prefetch.threads"], "remote-prefetch"
+                                         ) if self.prefetch_chunks else None
+        # Finish the chunks whose first reader has its bytes and went on.
+        self._fillers = _started_pool(max(_MIN_FILLERS, values["fetch.prefetch.threads"]),
+                                      "remote-chunk-fill") if self.max_bytes else None
 
     @property
     def cached_bytes(self) -> int:
@@ -144,9 +212,9 @@ class ChunkCache:
         sequential = self._note_read(seg, start_position, end + 1)
         parts = []
         for index in range(first, last + 1):
-            chunk = self._chunk(metadata, index, prefetch=False)
             base = index * self.chunk_size
-            parts.append(chunk[max(start_position - base, 0):end + 1 - base])
+            parts.append(self._range(metadata, index, max(start_position - base, 0),
+                                     min(end + 1 - base, self.chunk_size), prefetch=False))
         if sequential:
             self._prefetch(metadata, last + 1)
         return b"".join(parts)
@@ -176,11 +244,12 @@ class ChunkCache:
         return bytes(self.rsm.fetch_index(metadata, index_type))
 
     def close(self, wait: bool = False) -> None:
-        """Stop prefetching (queued prefetches are dropped; ``wait``: for the
-        ones running to end)."""
+        """Stop prefetching: no new prefetches; queued ones are dropped, or with
+        ``wait`` run, and every one running ends before this returns."""
         self._closed = True
-        if self._prefetcher is not None:
-            self._prefetcher.shutdown(wait=wait, cancel_futures=True)
+        for pool in (self._prefetcher, self._fillers):
+            if pool is not None:
+                pool.shutdown(wait=wait, cancel_futures=not wait)
 
     # -- inside ------------------------------------------------------------------
 
@@ -198,7 +267,10 @@ class ChunkCache:
         # so a continuation may start a little before the previous end.
         return previous is not None and previous - self.chunk_size <= start <= previous
 
-    def _chunk(self, md: RemoteLogSegmentMetadata, index: int, prefetch: bool) -> bytes:
+    def _range(self, md: RemoteLogSegmentMetadata, index: int, lo: int, hi: int,
+               prefetch: bool) -> bytes:
+        """Bytes ``lo..hi`` (exclusive) of chunk ``index``: from the cache, from a
+        fetch in flight once they have arrived, or from a fetch started here."""
         key = (md.remote_log_segment_id.id, index)
         with self._lock:
             cached = self._chunks.get(key)
@@ -206,43 +278,101 @@ class ChunkCache:
                 self._chunks.move_to_end(key)
                 if not prefetch:
                     self.stats.hits += 1
-                return cached
-            future = self._inflight.get(key)
-            owner = future is None
-            if owner:
-                future = concurrent.futures.Future()
-                self._inflight[key] = future
+                return cached[lo:hi]
+            filling = self._inflight.get(key)
+            owner = filling is None
+            if filling is None:
+                filling = _Filling(self._chunk_length(md, index))
+                self._inflight[key] = filling
                 if prefetch:
                     self.stats.prefetches += 1
                 else:
                     self.stats.misses += 1
             elif not prefetch:
                 self.stats.hits += 1  # joins a fetch in flight: no GET of its own
-        assert future is not None
         if not owner:
-            return future.result()
+            return filling.wait_for(lo, hi)
         try:
-            data = self._fetch(md, index)
+            stream = self._open(md, index)
         except BaseException as exc:
-            with self._lock:
-                del self._inflight[key]
-            future.set_exception(exc)
+            self._failed(key, filling, exc)
             raise
+        try:
+            self._fill(md, index, filling, stream, hi)
+        except BaseException as exc:
+            stream.close()
+            self._failed(key, filling, exc)
+            raise
+        if prefetch or filling.filled == len(filling.buf):
+            self._finish(md, index, key, filling, stream)
+        else:
+            assert self._fillers is not None
+            try:
+                self._fillers.submit(self._finish, md, index, key, filling, stream)
+            except RuntimeError as exc:  # shut down
+                stream.close()
+                self._failed(key, filling, RemoteStorageError(f"chunk cache closed: {exc}"))
+        return filling.wait_for(lo, hi)
+
+    def _chunk_length(self, md: RemoteLogSegmentMetadata, index: int) -> int:
+        start = index * self.chunk_size
+        return min(start + self.chunk_size, md.segment_size_in_bytes) - start
+
+    def _open(self, md: RemoteLogSegmentMetadata, index: int) -> Any:
+        """A stream of chunk ``index``: the storage manager's own, or its whole
+        ``fetch_log_segment`` answer for one without streams."""
+        start = index * self.chunk_size
+        end = start + self._chunk_length(md, index) - 1
+        opener = getattr(self.rsm, "open_log_segment", None)
+        if opener is not None:
+            return opener(md, start, end)
+        return io.BytesIO(bytes(self.rsm.fetch_log_segment(md, start, end)))
+
+    def _fill(self, md: RemoteLogSegmentMetadata, index: int, filling: _Filling, stream: Any,
+              until: int) -> None:
+        """Read ``stream`` into ``filling`` until ``until`` bytes are in.
+
+        Raises:
+            RemoteStorageError: the store failed, or the stream ended early.
+        """
+        size = len(filling.buf)
+        while filling.filled < until:
+            piece = stream.read(min(_STREAM_PIECE, size - filling.filled))
+            if not piece:
+                raise RemoteStorageError(f"chunk {index} of {md.remote_log_segment_id}: "
+                                         f"{filling.filled} bytes, expected {size}")
+            if len(piece) > size - filling.filled:
+                raise RemoteStorageError(f"chunk {index} of {md.remote_log_segment_id}: "
+                                         f"more than the expected {size} bytes")
+            filling.add(piece)
+            with self._lock:
+                self.stats.fetch_bytes += len(piece)
+
+    def _finish(self, md: RemoteLogSegmentMetadata, index: int, key: _ChunkKey,
+                filling: _Filling, stream: Any) -> None:
+        """Read the rest of the chunk and cache it (the caller owns ``stream``)."""
+        try:
+            self._fill(md, index, filling, stream, len(filling.buf))
+            if stream.read(1):
+                raise RemoteStorageError(f"chunk {index} of {md.remote_log_segment_id}: "
+                                         f"more than the expected {len(filling.buf)} bytes")
+        except BaseException as exc:
+            self._failed(key, filling, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            stream.close()
+        data = bytes(filling.buf)
         with self._lock:
             del self._inflight[key]
             self._insert(key, data)
-        future.set_result(data)
-        return data
 
-    def _fetch(self, md: RemoteLogSegmentMetadata, index: int) -> bytes:
-        start = index * self.chunk_size
-        end = min(start + self.chunk_size, md.segment_size_in_bytes) - 1
-        data = bytes(self.rsm.fetch_log_segment(md, start, end))
-        if len(data) != end - start + 1:
-            raise RemoteStorageError(f"chunk {index} of {md.remote_log_segment_id}: "
-                                     f"{len(data)} bytes, expected {end - start + 1}")
-        self.stats.fetch_bytes += len(data)
-        return data
+    def _failed(self, key: _ChunkKey, filling: _Filling, exc: BaseException) -> None:
+        with self._lock:
+            if self._inflight.get(key) is filling:
+                del self._inflight[key]
+        filling.fail(exc)
 
     def _insert(self, key: _ChunkKey, data: bytes) -> None:
         """Cache ``data`` (lock held); oldest chunks out beyond the byte bound."""
@@ -272,7 +402,7 @@ class ChunkCache:
 
     def _prefetch_one(self, md: RemoteLogSegmentMetadata, index: int) -> None:
         try:
-            self._chunk(md, index, prefetch=True)
+            self._range(md, index, 0, 0, prefetch=True)
         except Exception as exc:  # the reader that needs it fetches it again
             log.info("remote chunk prefetch failed", segment=str(md.remote_log_segment_id),
                      chunk=index, error=str(exc))

@@ -36,6 +36,7 @@ Settings (``rsm.config.`` prefix stripped): see CONFIG_DEFS.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 import urllib.parse
@@ -299,6 +300,30 @@ class S3RemoteStorageManager:
                 f"got {len(body)} bytes", retriable=True)
         return body
 
+    def open_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                         end_position: int | None = None) -> _RangeStream:
+        """``fetch_log_segment``'s bytes as a stream (KIP-405's fetchLogSegment
+        returns an InputStream): the chunk cache hands out a chunk's first
+        bytes while the rest is still on its way.
+
+        Raises:
+            RemoteStorageError: as ``fetch_log_segment`` (and from the stream's reads).
+        """
+        start, end = resolve_range(metadata, start_position, end_position)
+        key = self.object_key(metadata, LOG_SUFFIX)
+        with _translated("GetObject", key):
+            reply = self._client.get_object(Bucket=self.bucket, Key=key,
+                                            Range=f"bytes={start}-{end}")
+        content_range = reply.get("ContentRange")
+        total = None if content_range is None else _range_total(content_range)
+        if total != metadata.segment_size_in_bytes:
+            reply["Body"].close()
+            # A store that ignored Range, or an object of the wrong size: the
+            # whole-range read says which, with its error.
+            return _RangeStream(io.BytesIO(self.fetch_log_segment(metadata, start, end)), key,
+                                end - start + 1)
+        return _RangeStream(reply["Body"], key, end - start + 1)
+
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """See RemoteStorageManager.fetch_index."""
         key = self.object_key(metadata, INDEX_SUFFIXES[index_type])
@@ -404,6 +429,38 @@ def _without_userinfo(url: str | None) -> str | None:
     parts = urllib.parse.urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+class _RangeStream:
+    """A GET's body read piece by piece; store errors as RemoteStorageErrors."""
+
+    def __init__(self, body: Any, key: str, length: int) -> None:
+        self._body = body
+        self._key = key
+        self._left = length
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes; b"" once the range is done.
+
+        Raises:
+            RemoteStorageError: the connection failed, or the body ended early.
+        """
+        if self._left <= 0:
+            return b""
+        try:
+            with _translated("GetObject", self._key):
+                piece: bytes = self._body.read(min(size, self._left))
+        except OSError as exc:
+            raise RemoteStorageError(f"reading s3 object {self._key}: {exc}",
+                                     retriable=True) from exc
+        if not piece:
+            raise RemoteStorageError(f"short response for {self._key}: {self._left} bytes "
+                                     f"missing", retriable=True)
+        self._left -= len(piece)
+        return piece
+
+    def close(self) -> None:
+        self._body.close()
 
 
 def _range_total(content_range: str) -> int | None:

@@ -31,15 +31,26 @@ class Recording:
         self.fail = 0
         self.ranges: list[tuple[int, int | None]] = []
         self._lock = threading.Lock()
+        if hasattr(rsm, "open_log_segment"):  # S3 streams; the chunk cache uses it
+            self.open_log_segment = self._open
 
-    def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int,
-                          end: int | None = None) -> bytes:
+    def _record(self, start: int, end: int | None) -> bool:
+        """Record a GET of ``start..end``; True if it must fail."""
         with self._lock:
             self.ranges.append((start, end))
             failing = self.fail > 0
             self.fail -= failing
         time.sleep(self.delay_s)
-        if failing:
+        return failing
+
+    def _open(self, md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> Any:
+        if self._record(start, end):
+            raise RemoteStorageError("store down", retriable=True)
+        return self.rsm.open_log_segment(md, start, end)
+
+    def fetch_log_segment(self, md: RemoteLogSegmentMetadata, start: int,
+                          end: int | None = None) -> bytes:
+        if self._record(start, end):
             raise RemoteStorageError("store down", retriable=True)
         return self.rsm.fetch_log_segment(md, start, end)
 
@@ -162,10 +173,61 @@ def test_a_short_chunk_is_an_error_and_not_cached(stored: tuple[Recording, Any])
             return super().fetch_log_segment(md, start, end)[:-1]
 
     short = Short(rsm.rsm)
+    short.__dict__.pop("open_log_segment", None)  # whole-range reads, one byte short
     chunks = cache(short)
     with pytest.raises(RemoteStorageError, match="expected"):
-        chunks.fetch_log_segment(seg.metadata, 0, 10)
+        chunks.fetch_log_segment(seg.metadata, 0, CHUNK - 1)
     assert chunks.cached_bytes == 0
+
+
+class _Gated:
+    """A stream that hands out its first piece, then waits for ``gate``."""
+
+    def __init__(self, data: bytes, gate: threading.Event, first: int) -> None:
+        self.data, self.gate, self.first, self.pos = data, gate, first, 0
+
+    def read(self, size: int) -> bytes:
+        if self.pos >= self.first:
+            assert self.gate.wait(10)
+        piece = self.data[self.pos:self.pos + min(size, self.first if self.pos == 0 else size)]
+        self.pos += len(piece)
+        return piece
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_reader_gets_its_bytes_before_the_rest_of_the_chunk_arrives(
+        stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    gate = threading.Event()
+    whole = rsm.rsm.fetch_log_segment(seg.metadata, 0, None)
+
+    class Streaming(Recording):
+        def _open(self, md, start, end=None):  # type: ignore[no-untyped-def]
+            self._record(start, end)
+            return _Gated(whole[start:end + 1], gate, 4096)
+
+    streaming = Streaming(rsm.rsm)
+    streaming.open_log_segment = streaming._open
+    chunks = cache(streaming)
+    # The first 100 bytes are in the first piece: served while the rest is held.
+    assert chunks.fetch_log_segment(seg.metadata, 0, 99) == whole[:100]
+    assert chunks.cached_bytes == 0
+    got: list[bytes] = []
+    waiter = threading.Thread(target=lambda: got.append(
+        chunks.fetch_log_segment(seg.metadata, 5000, 6000)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # its bytes are not in yet, and no second GET was made
+    gate.set()
+    waiter.join(10)
+    assert got == [whole[5000:6001]]
+    assert streaming.ranges == [(0, CHUNK - 1)]
+    deadline = time.monotonic() + 10
+    while chunks.cached_bytes != CHUNK and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert chunks.cached_bytes == CHUNK
 
 
 def test_a_failed_prefetch_costs_only_a_later_fetch(stored: tuple[Recording, Any]) -> None:
@@ -177,9 +239,9 @@ def test_a_failed_prefetch_costs_only_a_later_fetch(stored: tuple[Recording, Any
     class DownPastChunkZero(Recording):
         down = True
 
-        def fetch_log_segment(self, md, start, end=None):  # type: ignore[no-untyped-def]
+        def _record(self, start: int, end: int | None) -> bool:
             self.fail = int(self.down and start > 0)
-            return super().fetch_log_segment(md, start, end)
+            return super()._record(start, end)
 
     store = DownPastChunkZero(rsm.rsm)
     chunks = cache(store, prefetch=2)
