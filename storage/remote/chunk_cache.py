@@ -29,7 +29,9 @@ reader asks for past its budget is not fetched twice.
   (and, near the segment's end, the reader asks for the next segment's
   first chunks: ``wants_next_segment``, ``prefetch``),
   its own threads, so prefetching never takes a reader slot from a first
-  read. Prefetch only follows reads: a partition that stops reading stops
+  read. Chunks fetched ahead and not read yet take at most half the cache:
+  many partitions read at once share that, and none of them evicts what
+  another fetched ahead before it is read. Prefetch only follows reads: a partition that stops reading stops
   prefetching after at most that many chunks, and a chunk already cached or
   in flight is not fetched again.
 
@@ -177,6 +179,11 @@ class ChunkCache:
         self._chunks: OrderedDict[_ChunkKey, bytes] = OrderedDict()
         self._bytes = 0
         self._inflight: dict[_ChunkKey, _Filling] = {}
+        # Chunks prefetched (queued, in flight or cached) that no reader has read
+        # yet, with their sizes: at most half the cache, so that prefetch for many
+        # partitions at once never evicts what was fetched ahead before it is read.
+        self._ahead: dict[_ChunkKey, int] = {}
+        self._ahead_bytes = 0
         self._next_position: OrderedDict[uuid.UUID, int] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
@@ -273,6 +280,8 @@ class ChunkCache:
         fetch in flight once they have arrived, or from a fetch started here."""
         key = (md.remote_log_segment_id.id, index)
         with self._lock:
+            if not prefetch:
+                self._not_ahead(key)
             cached = self._chunks.get(key)
             if cached is not None:
                 self._chunks.move_to_end(key)
@@ -372,7 +381,14 @@ class ChunkCache:
         with self._lock:
             if self._inflight.get(key) is filling:
                 del self._inflight[key]
+            self._not_ahead(key)
         filling.fail(exc)
+
+    def _not_ahead(self, key: _ChunkKey) -> None:
+        """``key`` was read, evicted or failed: no longer fetched ahead (lock held)."""
+        size = self._ahead.pop(key, None)
+        if size is not None:
+            self._ahead_bytes -= size
 
     def _insert(self, key: _ChunkKey, data: bytes) -> None:
         """Cache ``data`` (lock held); oldest chunks out beyond the byte bound."""
@@ -381,8 +397,9 @@ class ChunkCache:
         self._chunks[key] = data
         self._bytes += len(data)
         while self._bytes > self.max_bytes:
-            _, old = self._chunks.popitem(last=False)
+            old_key, old = self._chunks.popitem(last=False)
             self._bytes -= len(old)
+            self._not_ahead(old_key)
             self.stats.evictions += 1
 
     def _prefetch(self, md: RemoteLogSegmentMetadata, first: int, count: int | None = None
@@ -392,12 +409,20 @@ class ChunkCache:
         seg = md.remote_log_segment_id.id
         ahead = self.prefetch_chunks if count is None else count
         for index in range(first, min(first + ahead, self.chunk_count(md))):
+            key = (seg, index)
+            size = self._chunk_length(md, index)
             with self._lock:
-                if (seg, index) in self._chunks or (seg, index) in self._inflight:
+                if key in self._chunks or key in self._inflight or key in self._ahead:
                     continue
+                if self._ahead_bytes + size > self.max_bytes // 2:
+                    return  # enough is waiting to be read
+                self._ahead[key] = size
+                self._ahead_bytes += size
             try:
                 self._prefetcher.submit(self._prefetch_one, md, index)
             except RuntimeError:
+                with self._lock:
+                    self._not_ahead(key)
                 return  # shut down
 
     def _prefetch_one(self, md: RemoteLogSegmentMetadata, index: int) -> None:

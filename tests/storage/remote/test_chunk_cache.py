@@ -266,3 +266,21 @@ def test_the_chunk_keys_are_split_from_the_storage_managers_settings() -> None:
                                  "fetch.prefetch.chunks": "3"})
     assert rsm == {"bucket": "b"}
     assert chunk == {"fetch.chunk.size": "1048576", "fetch.prefetch.chunks": "3"}
+
+
+def test_chunks_fetched_ahead_and_unread_take_at_most_half_the_cache(
+        stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, size=4 * CHUNK, prefetch=8)
+    chunks.fetch_log_segment(seg.metadata, 0, 10)
+    chunks.close(wait=True)
+    # Chunk 0 for the read, then two ahead (half of four chunks), not eight.
+    assert sorted(start for start, _ in rsm.ranges) == [0, CHUNK, 2 * CHUNK]
+    # Reading them frees the budget: the next sequential read prefetches again.
+    rsm2 = Recording(rsm.rsm)
+    more = cache(rsm2, size=4 * CHUNK, prefetch=8)
+    for pos in range(0, 3 * CHUNK, CHUNK // 2):
+        more.fetch_log_segment(seg.metadata, pos, pos + CHUNK // 2 - 1)
+    more.close(wait=True)
+    starts = sorted(start for start, _ in rsm2.ranges)
+    assert starts == sorted(set(starts)) and starts[-1] >= 4 * CHUNK
