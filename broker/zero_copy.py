@@ -1,8 +1,10 @@
 """Fetch responses sent with sendfile: encoding around file slices, and sending.
 
-A handler that answers with local log data as ``FileSlice``s returns a
-``SplicedResponse``: the response object with a marker in place of each
-slice's bytes (see ``protocol.spliced``). The connection turns it into wire
+A handler that answers with local log data as ``FileSlice``s (or large
+record bytes, e.g. from the remote tier) returns a ``SplicedResponse``: the
+response object with a marker in place of each slice's bytes (see
+``protocol.spliced``); large bytes are sent as they are, never copied into
+the encoded frame. The connection turns it into wire
 parts, byte strings and slices, and sends the slices with ``os.sendfile``
 from the segment file to the socket, waiting for writability with trio.
 
@@ -27,15 +29,19 @@ from storage.log.file_slice import FileSlice, ShortFileSlice
 
 Part = bytes | FileSlice
 
+# Record bytes at least this large (a remote read's result) are not copied into
+# the encoded response: they are a hole of their own, sent as they are.
+SEND_APART_BYTES = 64 * 1024
+
 
 @dataclass(slots=True)
 class SplicedResponse:
     """A response object whose byte fields named in ``slices`` hold markers."""
 
     response: Any
-    slices: list[tuple[bytes, FileSlice]] = field(default_factory=list)
+    slices: list[tuple[bytes, FileSlice | bytes]] = field(default_factory=list)
 
-    def placeholder(self, data: FileSlice) -> bytes:
+    def placeholder(self, data: FileSlice | bytes) -> bytes:
         """A marker to put in the response in place of ``data`` (in encoding order)."""
         marker = spliced.new_marker()
         self.slices.append((marker, data))
@@ -73,12 +79,15 @@ async def send_parts(stream: trio.SocketStream, parts: Sequence[Part]) -> int:
     try:
         pending: list[bytes] = []
         for part in parts:
-            if isinstance(part, bytes):
+            if isinstance(part, bytes) and len(part) < SEND_APART_BYTES:
                 pending.append(part)
                 continue
             if pending:
                 await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
                 pending = []
+            if isinstance(part, bytes):
+                await stream.send_all(part)
+                continue
             await _sendfile(stream, part)
             from_files += part.length
         if pending:

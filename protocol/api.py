@@ -223,7 +223,7 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     out = _RESP_HDR.pack(len(body) + head_len, header.correlation_id)
     if flexible:
         out += b"\x00"
-    return out + bytes(body)
+    return b"".join((out, body))  # one copy of the body, whatever its type
 
 
 def encode_api_versions_fallback(correlation_id: int, error_code: int) -> bytes:

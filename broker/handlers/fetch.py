@@ -22,6 +22,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from broker import zero_copy
 from broker.context import BrokerContext
 from broker.handlers import leader_discovery
 from broker.zero_copy import SplicedResponse
@@ -109,7 +110,7 @@ def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
             extra["current_leader"] = hints.current_leader((p.topic, p.partition),
                                                            part_cls.LeaderIdAndEpoch)
         data = r.records
-        if isinstance(data, FileSlice):
+        if isinstance(data, FileSlice) or len(data) >= zero_copy.SEND_APART_BYTES:
             data = spliced.placeholder(data)
         by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
             partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,

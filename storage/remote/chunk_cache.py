@@ -47,11 +47,12 @@ a chunk whose length differs from what the metadata says raises
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,11 @@ import structlog
 from config.defs import ConfigDef
 from config.defs import ConfigType as T
 from storage.remote.rsm import RSM_CONFIG_PREFIX, parse_rsm_config
-from storage.remote.types import RemoteLogSegmentMetadata, RemoteStorageError
+from storage.remote.types import (
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -104,6 +109,10 @@ def _started_pool(threads: int, name: str) -> concurrent.futures.ThreadPoolExecu
         pool.submit(barrier.wait)
     barrier.wait()  # every thread has started (and is idle once this returns)
     return pool
+
+
+class NotCached(Exception):
+    """A read inside ``cached_only`` needs a chunk that is not in the cache."""
 
 
 class _Filling:
@@ -186,6 +195,7 @@ class ChunkCache:
         self._ahead_bytes = 0
         self._next_position: OrderedDict[uuid.UUID, int] = OrderedDict()
         self._lock = threading.Lock()
+        self._local = threading.local()
         self._closed = False
         self._prefetcher = _started_pool(values["fetch.prefetch.threads"], "remote-prefetch"
                                          ) if self.prefetch_chunks else None
@@ -226,6 +236,18 @@ class ChunkCache:
             self._prefetch(metadata, last + 1)
         return b"".join(parts)
 
+    @contextlib.contextmanager
+    def cached_only(self) -> Iterator[None]:
+        """Within the block, this thread's reads raise ``NotCached`` instead of
+        going to the store (or waiting for a chunk in flight): the event loop
+        serves a read from memory this way and hands it to a reader thread
+        otherwise."""
+        self._local.cached_only = True
+        try:
+            yield
+        finally:
+            self._local.cached_only = False
+
     def wants_next_segment(self, metadata: RemoteLogSegmentMetadata) -> bool:
         """Whether reading ``metadata`` has come within prefetch reach of its
         end, so the next segment's first chunks should be fetched ahead."""
@@ -249,6 +271,17 @@ class ChunkCache:
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: Any) -> bytes:
         """The storage manager's ``fetch_index`` (indexes have their own cache)."""
         return bytes(self.rsm.fetch_index(metadata, index_type))
+
+    def fetch_combined_indexes(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The storage manager's ``fetch_combined_indexes``.
+
+        Raises:
+            RemoteResourceNotFoundError: also when the storage manager has none.
+        """
+        fetch = getattr(self.rsm, "fetch_combined_indexes", None)
+        if fetch is None:
+            raise RemoteResourceNotFoundError("the storage manager keeps no indexes objects")
+        return bytes(fetch(metadata))
 
     def close(self, wait: bool = False) -> None:
         """Stop prefetching: no new prefetches; queued ones are dropped, or with
@@ -280,9 +313,11 @@ class ChunkCache:
         fetch in flight once they have arrived, or from a fetch started here."""
         key = (md.remote_log_segment_id.id, index)
         with self._lock:
+            cached = self._chunks.get(key)
+            if cached is None and getattr(self._local, "cached_only", False):
+                raise NotCached(key)
             if not prefetch:
                 self._not_ahead(key)
-            cached = self._chunks.get(key)
             if cached is not None:
                 self._chunks.move_to_end(key)
                 if not prefetch:

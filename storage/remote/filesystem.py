@@ -31,6 +31,7 @@ from config.defs import ConfigDef, ConfigError, ConfigType
 from storage.remote.naming import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
+    INDEXES_SUFFIX,
     LOG_SUFFIX,
     segment_manifest,
     segment_sources,
@@ -142,7 +143,18 @@ class FileSystemRemoteStorageManager:
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """See RemoteStorageManager.fetch_index."""
-        path = self.object_path(metadata, INDEX_SUFFIXES[index_type])
+        return self._read_whole(self.object_path(metadata, INDEX_SUFFIXES[index_type]),
+                                metadata)
+
+    def fetch_combined_indexes(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The segment's ``indexes`` object (layout 2): both indexes in one read.
+
+        Raises:
+            RemoteResourceNotFoundError: a segment copied without one.
+        """
+        return self._read_whole(self.object_path(metadata, INDEXES_SUFFIX), metadata)
+
+    def _read_whole(self, path: str, metadata: RemoteLogSegmentMetadata) -> bytes:
         fd = _open_stored(path, metadata)
         try:
             return _pread_exactly(fd, path, 0, os.fstat(fd).st_size)

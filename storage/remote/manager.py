@@ -404,10 +404,13 @@ class RemoteLogManager:
         svc.metrics.fetch_requests.labels(topic).inc()
         started = time.monotonic()
         try:
-            entry.result = await trio.to_thread.run_sync(
-                _busy, svc.reader_busy, reader.read_blocking, svc.chunks or svc.rsm,
-                svc.index_cache, md, offset, max_bytes, min_one_batch, self._positions,
-                limiter=svc.reader_limiter)
+            entry.result = reader.read_cached(svc.chunks, svc.index_cache, md, offset,
+                                              max_bytes, min_one_batch, self._positions)
+            if entry.result is None:
+                entry.result = await trio.to_thread.run_sync(
+                    _busy, svc.reader_busy, reader.read_blocking, svc.chunks or svc.rsm,
+                    svc.index_cache, md, offset, max_bytes, min_one_batch, self._positions,
+                    limiter=svc.reader_limiter)
             self._prefetch_next_segment(p, md)
             svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
             svc.fetch_quota.record(len(entry.result))

@@ -1,29 +1,40 @@
 """Names of a remote segment's objects, shared by every storage manager.
 
-A segment copy is six objects at most, one per local file, all named
-``<20-digit start offset>-<segment uuid>.<suffix>``. The suffixes are the
-local file extensions, and the ones Kafka's LocalTieredStorage uses, so a
-remote directory reads like a local log directory. Uuids are written as
-Kafka writes them (Uuid.toString: 22 characters of base64url).
+A segment copy is seven objects at most, one per local file plus one
+``indexes`` object, all named ``<20-digit start offset>-<segment
+uuid>.<suffix>``. The suffixes are the local file extensions, and the ones
+Kafka's LocalTieredStorage uses, so a remote directory reads like a local log
+directory. Uuids are written as Kafka writes them (Uuid.toString: 22
+characters of base64url).
 
 What a copy knows that a reader would otherwise have to ask the store goes
 into the segment's custom metadata (KIP-917), which the storage managers
 return from ``copy_log_segment_data`` and the metadata keeps with the
-segment: ``segment_manifest``. Version 1 says which optional objects exist,
-so a read_committed fetch never sends a GET for the transaction index of a
-segment without one (most segments). Metadata without a manifest (copies
-made before it, or rebuilt by ``tierd admin rebuild-metadata``) reads as
-before: the optional object is asked for, and its absence is the answer.
+segment: ``segment_manifest``. It says which optional objects exist, so a
+read_committed fetch never sends a GET for the transaction index of a
+segment without one (most segments), and (version 2, "layout 2") the
+lengths of the offset and time indexes in the ``indexes`` object, which
+holds both back to back: a read that seeks into a segment fetches both with
+one GET. Metadata without a manifest, or with version 1 (copies made before
+it, or rebuilt by ``tierd admin rebuild-metadata``), reads as before: one GET
+per index, and an optional object is asked for, its absence the answer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 from storage.log.checkpoint import topic_id_to_str
 from storage.log.segment import filename_prefix
-from storage.remote.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, StrPath
+from storage.remote.types import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteStorageError,
+    StrPath,
+)
 
 LOG_SUFFIX = "log"
 
@@ -35,8 +46,13 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.LEADER_EPOCH: "leader_epoch_checkpoint",
 }
 
+# Layout 2: the offset and time indexes once more, back to back in one object,
+# so a reader seeking into a segment needs one GET for both (their lengths are
+# in the manifest). The separate objects stay, for tools and older readers.
+INDEXES_SUFFIX = "indexes"
+
 # Every object a segment may have: delete removes all of them.
-ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values(), INDEXES_SUFFIX)
 
 
 def uuid_str(value: uuid.UUID) -> str:
@@ -66,33 +82,72 @@ def segment_sources(data: LogSegmentData) -> list[tuple[str, StrPath | bytes]]:
     if data.producer_snapshot_index is not None:
         sources.append((INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], data.producer_snapshot_index))
     sources.append((INDEX_SUFFIXES[IndexType.LEADER_EPOCH], data.leader_epoch_index))
+    sources.append((INDEXES_SUFFIX, combined_indexes(data)))
     return sources
+
+
+def _content(source: StrPath | bytes) -> bytes:
+    """Raises RemoteStorageError (not retriable) if the local file cannot be read."""
+    if isinstance(source, bytes):
+        return source
+    try:
+        with open(source, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise RemoteStorageError(f"cannot read {source}: {exc}", retriable=False) from exc
+
+
+def combined_indexes(data: LogSegmentData) -> bytes:
+    """The ``indexes`` object: the offset index, then the time index."""
+    return _content(data.offset_index) + _content(data.time_index)
 
 
 
 # Custom metadata of tierd's storage managers: {"v": version, ...}; Kafka's
 # remote.log.metadata.custom.metadata.max.bytes defaults to 128, and this
-# stays far below it.
-MANIFEST_VERSION = 1
+# stays far below it. Version 2 adds "idx": the lengths of the offset and time
+# indexes in the ``indexes`` object; version 1 (no such object) stays readable.
+MANIFEST_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 
 
 def segment_manifest(data: LogSegmentData) -> bytes:
-    """The custom metadata a copy of ``data`` records: which optional objects exist."""
+    """The custom metadata a copy of ``data`` records: which optional objects
+    exist, and where each index sits in the ``indexes`` object."""
+    lengths = [os.path.getsize(p) if not isinstance(p, bytes) else len(p)
+               for p in (data.offset_index, data.time_index)]
     return json.dumps({"v": MANIFEST_VERSION, "txn": data.transaction_index is not None,
-                       "snap": data.producer_snapshot_index is not None},
+                       "snap": data.producer_snapshot_index is not None, "idx": lengths},
                       separators=(",", ":")).encode()
+
+
+def _manifest(metadata: RemoteLogSegmentMetadata) -> dict[str, object] | None:
+    raw = metadata.custom_metadata
+    if not raw or not raw.startswith(b"{"):
+        return None
+    try:
+        manifest = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(manifest, dict) or manifest.get("v") not in _READABLE_VERSIONS:
+        return None
+    return manifest
 
 
 def lacks_txn_index(metadata: RemoteLogSegmentMetadata) -> bool:
     """True when the segment's manifest says it was copied without a
     transaction index (no aborted transactions); False when it has one or
     nothing is known (no manifest, or one this version cannot read)."""
-    raw = metadata.custom_metadata
-    if not raw or not raw.startswith(b"{"):
-        return False
-    try:
-        manifest = json.loads(raw)
-    except ValueError:
-        return False
-    return (isinstance(manifest, dict) and manifest.get("v") == MANIFEST_VERSION
-            and manifest.get("txn") is False)
+    manifest = _manifest(metadata)
+    return manifest is not None and manifest.get("txn") is False
+
+
+def index_lengths(metadata: RemoteLogSegmentMetadata) -> tuple[int, int] | None:
+    """(offset index, time index) lengths in the segment's ``indexes`` object;
+    None for a segment copied without one (layout 1, or no manifest)."""
+    manifest = _manifest(metadata)
+    lengths = None if manifest is None else manifest.get("idx")
+    if (not isinstance(lengths, list) or len(lengths) != 2
+            or not all(isinstance(n, int) and n >= 0 for n in lengths)):
+        return None
+    return lengths[0], lengths[1]

@@ -18,6 +18,9 @@ byte position) and a read starting there needs no index; nor does one
 starting at the segment's first offset (byte 0). The offset index is
 fetched only for a read that jumps (a seek, a new consumer).
 
+A read whose bytes are all in the chunk cache runs on the event loop
+(``read_cached``): no store call, no thread hop.
+
 Concurrency: ``read_blocking`` and ``offset_for_timestamp_blocking`` run in
 worker threads behind the reader limiter; they touch only the storage
 manager, the index cache and ``NextPositions`` (thread-safe) and their
@@ -29,12 +32,20 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
+from typing import cast
 
 from protocol import records
 from protocol.errors import KafkaApiError
+from storage.remote.chunk_cache import ChunkCache, NotCached
 from storage.remote.index_cache import CachedIndexes, RemoteIndexCache
+from storage.remote.naming import index_lengths
 from storage.remote.rsm import RemoteStorageManager
-from storage.remote.types import IndexType, RemoteLogSegmentMetadata, RemoteStorageError
+from storage.remote.types import (
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 
 # Extra bytes read past the budget so the scan from the indexed position can
 # skip the batches below the wanted offset in the same request (the index has
@@ -74,13 +85,37 @@ class CorruptRemoteDataError(RemoteStorageError):
         super().__init__(message, retriable=False)
 
 
+def fetch_offset_and_time_indexes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata
+                                  ) -> tuple[bytes, bytes]:
+    """Both indexes of ``md``: one GET of its ``indexes`` object where its
+    manifest names one (layout 2), else one GET each (layout 1).
+
+    Raises:
+        RemoteStorageError: as ``fetch_index``; CorruptRemoteDataError when the
+            ``indexes`` object disagrees with the manifest.
+    """
+    lengths = index_lengths(md)
+    fetch_combined = getattr(rsm, "fetch_combined_indexes", None)
+    if lengths is not None and fetch_combined is not None:
+        try:
+            blob = fetch_combined(md)
+        except RemoteResourceNotFoundError:
+            pass  # removed by hand, or a store without it: the separate objects
+        else:
+            if len(blob) != sum(lengths):
+                raise CorruptRemoteDataError(
+                    f"indexes object of {md.remote_log_segment_id} is {len(blob)} bytes, "
+                    f"its manifest says {sum(lengths)}")
+            return blob[:lengths[0]], blob[lengths[0]:]
+    return rsm.fetch_index(md, IndexType.OFFSET), rsm.fetch_index(md, IndexType.TIMESTAMP)
+
+
 def indexes_for(cache: RemoteIndexCache, rsm: RemoteStorageManager,
                 md: RemoteLogSegmentMetadata) -> CachedIndexes:
     seg_id = md.remote_log_segment_id.id
     try:
         return cache.get(str(seg_id), md.start_offset,
-                         lambda: (rsm.fetch_index(md, IndexType.OFFSET),
-                                  rsm.fetch_index(md, IndexType.TIMESTAMP)))
+                         lambda: fetch_offset_and_time_indexes(rsm, md))
     except ValueError as exc:
         raise CorruptRemoteDataError(
             f"corrupt remote index of {md.remote_log_segment_id}: {exc}") from None
@@ -128,6 +163,30 @@ def read_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
     if positions is not None and data and next_offset <= md.end_offset:
         positions.put(seg, next_offset, end)
     return data
+
+
+def read_cached(chunks: ChunkCache | None, cache: RemoteIndexCache,
+                md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+                min_one_batch: bool, positions: NextPositions) -> bytes | None:
+    """``read_blocking`` if every byte it needs is in the chunk cache and no
+    index is needed (a consumer reading on); None if the store would be asked.
+
+    Concurrency: makes no store call and never waits, so the event loop may
+    call it, sparing a sequential read the hop to a reader thread.
+
+    Raises:
+        RemoteStorageError: corrupt data (as ``read_blocking``).
+    """
+    if chunks is None or (offset > md.start_offset
+                          and positions.get(md.remote_log_segment_id.id, offset) is None):
+        return None
+    try:
+        with chunks.cached_only():
+            # The chunk cache reads with the storage manager's contract.
+            return read_blocking(cast(RemoteStorageManager, chunks), cache, md, offset,
+                                 max_bytes, min_one_batch, positions)
+    except NotCached:
+        return None
 
 
 def _read_from(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, offset: int,

@@ -52,6 +52,7 @@ from config.defs import ConfigDef, ConfigError, ConfigType
 from storage.remote.naming import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
+    INDEXES_SUFFIX,
     LOG_SUFFIX,
     segment_manifest,
     segment_sources,
@@ -326,7 +327,18 @@ class S3RemoteStorageManager:
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """See RemoteStorageManager.fetch_index."""
-        key = self.object_key(metadata, INDEX_SUFFIXES[index_type])
+        return self._get_whole(self.object_key(metadata, INDEX_SUFFIXES[index_type]))
+
+    def fetch_combined_indexes(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The segment's ``indexes`` object (layout 2, ``naming.INDEXES_SUFFIX``):
+        both indexes a seek needs in one GET.
+
+        Raises:
+            RemoteResourceNotFoundError: a segment copied without one.
+        """
+        return self._get_whole(self.object_key(metadata, INDEXES_SUFFIX))
+
+    def _get_whole(self, key: str) -> bytes:
         with _translated("GetObject", key):
             reply = self._client.get_object(Bucket=self.bucket, Key=key)
             with contextlib.closing(reply["Body"]) as stream:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.log.checkpoint import format_epochs
-from storage.remote.naming import INDEX_SUFFIXES, LOG_SUFFIX
+from storage.remote.naming import INDEX_SUFFIXES, INDEXES_SUFFIX, LOG_SUFFIX
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -78,4 +78,6 @@ class SegmentFactory:
             time_index=paths["timeindex"], transaction_index=paths.get("txnindex"),
             producer_snapshot_index=paths.get("snapshot"),
             leader_epoch_index=contents[INDEX_SUFFIXES[IndexType.LEADER_EPOCH]])
+        # Layout 2's copy of both indexes in one object.
+        contents[INDEXES_SUFFIX] = contents["index"] + contents["timeindex"]
         return LocalSegment(metadata, data, contents)

@@ -284,3 +284,21 @@ def test_chunks_fetched_ahead_and_unread_take_at_most_half_the_cache(
     more.close(wait=True)
     starts = sorted(start for start, _ in rsm2.ranges)
     assert starts == sorted(set(starts)) and starts[-1] >= 4 * CHUNK
+
+
+def test_cached_only_reads_serve_memory_and_never_call_the_store(
+        stored: tuple[Recording, Any]) -> None:
+    from storage.remote.chunk_cache import NotCached
+
+    rsm, seg = stored
+    chunks = cache(rsm)
+    chunks.fetch_log_segment(seg.metadata, 0, 10)  # chunk 0 is cached now
+    with chunks.cached_only():
+        assert chunks.fetch_log_segment(seg.metadata, 100, 200) == seg.log[100:201]
+        with pytest.raises(NotCached):
+            chunks.fetch_log_segment(seg.metadata, CHUNK - 10, CHUNK + 10)
+    assert rsm.ranges == [(0, CHUNK - 1)]
+    # Outside the block the same read goes to the store.
+    assert chunks.fetch_log_segment(seg.metadata, CHUNK - 10, CHUNK + 10) == \
+        seg.log[CHUNK - 10:CHUNK + 11]
+    assert rsm.ranges == [(0, CHUNK - 1), (CHUNK, 2 * CHUNK - 1)]

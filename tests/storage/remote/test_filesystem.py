@@ -20,9 +20,13 @@ def test_layout_matches_local_tiered_storage(tmp_path: Path, segments: SegmentFa
     stem = f"{77:020d}-{uuid_str(seg.metadata.remote_log_segment_id.id)}"
     assert sorted(os.listdir(directory)) == sorted(
         f"{stem}.{s}" for s in
-        ["log", "index", "timeindex", "txnindex", "snapshot", "leader_epoch_checkpoint"])
+        ["log", "index", "timeindex", "txnindex", "snapshot", "leader_epoch_checkpoint",
+         "indexes"])
     for suffix, content in seg.contents.items():
         assert (directory / f"{stem}.{suffix}").read_bytes() == content
+    # Layout 2's one-GET copy of both indexes.
+    assert (directory / f"{stem}.indexes").read_bytes() == \
+        seg.contents["index"] + seg.contents["timeindex"]
 
 
 def test_delete_removes_leftover_temp_files_and_empty_directory(

@@ -44,7 +44,8 @@ def test_key_layout(direct: Backend, segments: SegmentFactory, moto_server: Moto
             f"{uuid_str(seg.metadata.remote_log_segment_id.id)}")
     assert sorted(list_keys(moto_server.client(), s3_bucket)) == sorted(
         f"{stem}.{s}" for s in
-        ["log", "index", "timeindex", "txnindex", "snapshot", "leader_epoch_checkpoint"])
+        ["log", "index", "timeindex", "txnindex", "snapshot", "leader_epoch_checkpoint",
+         "indexes"])
 
 
 def test_large_segment_goes_up_in_parts(proxied: Backend, segments: SegmentFactory,
