@@ -26,6 +26,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from kafka.protocol.old.types import UnsignedVarInt32
+
 from protocol.api import RequestHeader, encode_response
 
 # 128 random bits: no record bytes of another partition in the same response
@@ -39,17 +41,9 @@ def new_marker() -> bytes:
     return os.urandom(MARKER_SIZE)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _prefix(length: int, flexible: bool) -> bytes:
-    return _uvarint(length + 1) if flexible else _INT32.pack(length)
+    """The length prefix kafka-python's encoder writes for a bytes field."""
+    return bytes(UnsignedVarInt32.encode(length + 1)) if flexible else _INT32.pack(length)
 
 
 def encode_spliced(header: RequestHeader, response: Any, flexible_body: bool,
