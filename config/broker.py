@@ -170,8 +170,9 @@ _DEFS: list[ConfigDef] = [
               "this counts as a stall (metric tierd_event_loop_stalls, a warning naming the "
               "task); -1 = not measured.", at_least=-1),
     ConfigDef("tierd.fetch.zero.copy", T.BOOLEAN, True, "Send local log data of fetch "
-              "responses with sendfile, from the page cache to the socket (off: read into "
-              "memory and send)."),
+              "responses with sendfile, from the page cache to the socket, and large remote "
+              "record bytes beside the encoded response (off: everything read into memory "
+              "and encoded into the response)."),
     ConfigDef("tierd.log.level", T.STRING, "info", "Log level.",
               choices=("debug", "info", "warning", "error")),
 ]

@@ -110,7 +110,8 @@ def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
             extra["current_leader"] = hints.current_leader((p.topic, p.partition),
                                                            part_cls.LeaderIdAndEpoch)
         data = r.records
-        if isinstance(data, FileSlice) or len(data) >= zero_copy.SEND_APART_BYTES:
+        if isinstance(data, FileSlice) or (params.zero_copy
+                                           and len(data) >= zero_copy.SEND_APART_BYTES):
             data = spliced.placeholder(data)
         by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
             partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
