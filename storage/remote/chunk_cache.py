@@ -152,7 +152,7 @@ class _Filling:
             if self.filled < hi:
                 assert self.error is not None
                 raise self.error
-            return bytes(self.buf[lo:hi])
+            return bytes(memoryview(self.buf)[lo:hi])  # one copy
 
 
 @dataclass(slots=True)
@@ -185,7 +185,7 @@ class ChunkCache:
         self.max_bytes: int = values["fetch.chunk.cache.size"]
         self.prefetch_chunks: int = values["fetch.prefetch.chunks"] if self.max_bytes else 0
         self.stats = ChunkStats()
-        self._chunks: OrderedDict[_ChunkKey, bytes] = OrderedDict()
+        self._chunks: OrderedDict[_ChunkKey, bytes | bytearray] = OrderedDict()
         self._bytes = 0
         self._inflight: dict[_ChunkKey, _Filling] = {}
         # Chunks prefetched (queued, in flight or cached) that no reader has read
@@ -322,7 +322,7 @@ class ChunkCache:
                 self._chunks.move_to_end(key)
                 if not prefetch:
                     self.stats.hits += 1
-                return cached[lo:hi]
+                return bytes(memoryview(cached)[lo:hi])  # one copy
             filling = self._inflight.get(key)
             owner = filling is None
             if filling is None:
@@ -407,10 +407,10 @@ class ChunkCache:
             return
         finally:
             stream.close()
-        data = bytes(filling.buf)
         with self._lock:
             del self._inflight[key]
-            self._insert(key, data)
+            # The buffer itself: it is complete and never written again.
+            self._insert(key, filling.buf)
 
     def _failed(self, key: _ChunkKey, filling: _Filling, exc: BaseException) -> None:
         with self._lock:
@@ -425,7 +425,7 @@ class ChunkCache:
         if size is not None:
             self._ahead_bytes -= size
 
-    def _insert(self, key: _ChunkKey, data: bytes) -> None:
+    def _insert(self, key: _ChunkKey, data: bytes | bytearray) -> None:
         """Cache ``data`` (lock held); oldest chunks out beyond the byte bound."""
         if len(data) > self.max_bytes:
             return
