@@ -42,6 +42,7 @@ def _metrics(replicas: ReplicaManager) -> BrokerMetrics:
     metrics = BrokerMetrics()
     metrics.add_log_sizes(lambda: [(t, p, part.log.size)
                                    for (t, p), part in list(replicas.partitions.items())])
+    metrics.registry.register(replicas.logs.cleaner)
     return metrics
 
 

@@ -71,8 +71,29 @@ _DEFS: list[ConfigDef] = [
               at_least=0),
     ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "Cleanup policy.",
               choices=("delete", "compact")),
-    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "Tombstone retention.",
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "How long a tombstone or "
+              "a removable transaction marker stays after the cleaner first keeps it.",
               at_least=0),
+    ConfigDef("log.cleaner.enable", T.BOOLEAN, True, "Run the log cleaner (compacted topics, "
+              "__consumer_offsets, __transaction_state)."),
+    ConfigDef("log.cleaner.threads", T.INT, 1, "Cleaner threads (each one worker process).",
+              at_least=0),
+    ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 134217728, "Memory of the cleaners' "
+              "key maps, shared by the threads.", at_least=0),
+    ConfigDef("log.cleaner.io.buffer.size", T.INT, 524288, "Read/write buffer of a cleaner.",
+              at_least=0),
+    ConfigDef("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9, "How full a key map may get.",
+              at_least=0, at_most=1),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", T.DOUBLE, 1.7976931348623157e308,
+              "Read plus write rate limit of each cleaner."),
+    ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000, "Sleep of a cleaner with no log to "
+              "clean.", at_least=0),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "Dirty share of a log before "
+              "it is cleaned.", at_least=0, at_most=1),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Minimum age of a record before "
+              "it may be compacted.", at_least=0),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Maximum age of a record "
+              "before it must be compacted.", at_least=1),
     ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "Timestamp type.",
               choices=("CreateTime", "LogAppendTime")),
     ConfigDef("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX,

@@ -28,10 +28,13 @@ SYNONYMS: dict[str, str] = {
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
     "index.interval.bytes": "log.index.interval.bytes",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "min.insync.replicas": "min.insync.replicas",
     "preallocate": "log.preallocate",
     "retention.bytes": "log.retention.bytes",
@@ -48,10 +51,6 @@ SYNONYMS: dict[str, str] = {
 _OWN: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("max.compaction.lag.ms", T.LONG, 2**63 - 1, "Compaction lag (unused).", at_least=1),
-        ConfigDef("min.compaction.lag.ms", T.LONG, 0, "Compaction lag (unused).", at_least=0),
-        ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, "Cleaner ratio (unused).",
-                  at_least=0, at_most=1),
         ConfigDef("message.downconversion.enable", T.BOOLEAN, True, "Down-conversion (unused)."),
         ConfigDef("follower.replication.throttled.replicas", T.LIST, [], "Throttling (unused)."),
         ConfigDef("leader.replication.throttled.replicas", T.LIST, [], "Throttling (unused)."),
@@ -103,6 +102,14 @@ class LogConfig:
     remote_metadata_rebuilding: bool = False
     min_insync_replicas: int = 1
     unclean_leader_election: bool = False
+    delete_retention_ms: int = 86400000
+    min_cleanable_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
 
 
 class TopicConfigs:
@@ -215,4 +222,8 @@ class TopicConfigs:
             remote_metadata_rebuilding=g("tierd.remote.metadata.rebuilding"),
             min_insync_replicas=g("min.insync.replicas"),
             unclean_leader_election=g("unclean.leader.election.enable"),
+            delete_retention_ms=g("delete.retention.ms"),
+            min_cleanable_ratio=g("min.cleanable.dirty.ratio"),
+            min_compaction_lag_ms=g("min.compaction.lag.ms"),
+            max_compaction_lag_ms=g("max.compaction.lag.ms"),
         )

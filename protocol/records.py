@@ -143,12 +143,16 @@ def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
         pos += LOG_OVERHEAD + length
 
 
-def validate_for_append(buf: bytes | bytearray, max_batch_bytes: int) -> list[BatchHeader]:
+def validate_for_append(buf: bytes | bytearray, max_batch_bytes: int,
+                        produced: bool = True) -> list[BatchHeader]:
     """Check a produced record set before it is appended.
 
     Args:
         buf: the ``records`` bytes of one partition in a Produce request.
         max_batch_bytes: the topic's max.message.bytes.
+        produced: a client's batches (one record per offset). False for
+            replicated ones, which may come from a compacted log: fewer
+            records than offsets, or none (``protocol.record_filter``).
 
     Returns:
         The batch headers, in order.
@@ -177,7 +181,9 @@ def validate_for_append(buf: bytes | bytearray, max_batch_bytes: int) -> list[Ba
             )
         if not crc_ok(buf, header):
             raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "CRC mismatch")
-        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+        if header.records_count < 0 or header.last_offset_delta < header.records_count - 1 or (
+                produced and (header.records_count == 0
+                              or header.last_offset_delta != header.records_count - 1)):
             raise KafkaApiError(ErrorCode.INVALID_RECORD, "record count and offsets disagree")
         if header.compression > Compression.ZSTD:
             raise KafkaApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, str(header.compression))

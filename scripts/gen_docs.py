@@ -57,6 +57,9 @@ log.flush.interval.messages log.flush.interval.ms log.flush.scheduler.interval.m
 log.flush.offset.checkpoint.interval.ms log.retention.ms log.retention.minutes
 log.retention.hours log.retention.bytes log.retention.check.interval.ms
 log.segment.delete.delay.ms log.cleanup.policy log.cleaner.delete.retention.ms
+log.cleaner.enable log.cleaner.threads log.cleaner.dedupe.buffer.size log.cleaner.io.buffer.size
+log.cleaner.io.buffer.load.factor log.cleaner.io.max.bytes.per.second log.cleaner.backoff.ms
+log.cleaner.min.cleanable.ratio log.cleaner.min.compaction.lag.ms log.cleaner.max.compaction.lag.ms
 log.message.timestamp.type log.message.timestamp.before.max.ms
 log.message.timestamp.after.max.ms log.preallocate compression.type min.insync.replicas
 fetch.max.bytes unclean.leader.election.enable group.min.session.timeout.ms
@@ -431,6 +434,10 @@ def exported_metrics() -> list[MetricRow]:
     broker.add_log_sizes(lambda: [("topic", 0, 0)])
     LoopMonitor(0.025, broker.registry).stalls.labels("task")
     _touch_labelled(broker)
+    from config import BrokerConfig
+    from storage.log.cleaner import LogCleaner
+
+    broker.registry.register(LogCleaner(BrokerConfig.from_mapping({}), {}, lambda: 0))
     base = _families(broker.registry)
 
     single_registry = CollectorRegistry()

@@ -10,9 +10,10 @@ When this broker becomes the leader of a partition, the coordinator
 replays it from its log start (``load_partition``); the last record for a
 key wins, a null value removes the key. Appends are written to the local
 log at once and the client is answered after ``wait_durable`` (see
-``replication.internal_topics``). Nothing is
-compacted yet (the topic is created with cleanup.policy=compact, as in
-Kafka, so retention never deletes it), so the replay reads the whole log.
+``replication.internal_topics``). The topic is created with
+cleanup.policy=compact, as in Kafka: retention never deletes it and the log
+cleaner (``storage.log.cleaner``) keeps only the last record per key below
+the active segment, so a replay reads what cleaning left plus that segment.
 
 Error handling: an append failure is returned as the error code Kafka's
 coordinator answers for it (``append``); a record we cannot parse during

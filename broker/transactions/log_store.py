@@ -10,7 +10,8 @@ this broker becomes a partition's leader the coordinator replays it from
 its log start (``load``): the last record for an id wins, a null value
 (tombstone) removes it. Appends go to the local log at once; the
 coordinator answers after ``wait_durable`` (see ``replication.internal_topics``). The topic is created with
-cleanup.policy=compact, as Kafka does, so retention never deletes it.
+cleanup.policy=compact, as Kafka does: retention never deletes it, and the
+log cleaner keeps the last record per id, bounding the replay.
 
 Error handling: an append failure comes back as the error code Kafka's
 TransactionStateManager answers for it; an unreadable record during replay

@@ -31,9 +31,10 @@ import structlog
 import trio
 
 from config.topic import LogConfig
-from protocol import records
+from protocol import record_filter, records
 from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
+from storage.log import swap
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
@@ -50,6 +51,10 @@ _MAX_RELATIVE_OFFSET = 2**31 - 1
 # enough to fall back past a torn one and to reload after a short truncation
 # without replaying the whole log.
 _SNAPSHOTS_KEPT = 3
+
+
+class StaleSegments(Exception):
+    """Segments a cleaner pass named are no longer the log's."""
 
 
 @dataclass(slots=True)
@@ -92,6 +97,9 @@ class Log:
         # A roll makes the previous segment immutable; like Kafka we fsync it
         # soon after, so the recovery point keeps up without a flush policy.
         self._rolled_since_flush = False
+        # The lowest offset truncation removed data from since the cleaner last
+        # looked (None: none): its first-dirty checkpoint must not stay above it.
+        self.truncated_below: int | None = None
 
     # -- construction -------------------------------------------------------
 
@@ -213,8 +221,9 @@ class Log:
         batch by batch. Once a segment loses its tail, every later segment is
         dropped: its offsets can no longer follow on.
         """
+        swap.recover(self.directory)
         for name in os.listdir(self.directory):
-            if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
+            if name.endswith(".tmp"):
                 os.unlink(os.path.join(self.directory, name))
         bases = sorted(int(name[:-4]) for name in os.listdir(self.directory)
                        if name.endswith(".log") and name[:-4].isdigit())
@@ -299,6 +308,8 @@ class Log:
         now = self._clock()
         if not self.config.log_append_time:
             self._check_timestamps(headers, now)
+        if self.config.compact and origin is AppendOrigin.CLIENT:
+            self._check_keys(data, headers)
         markers = self._markers(data, headers) if origin is not AppendOrigin.CLIENT else None
         duplicate = self.producers.check(headers, markers, origin)
         if duplicate is not None:
@@ -321,7 +332,7 @@ class Log:
         Raises:
             KafkaApiError: CORRUPT_MESSAGE or non-increasing offsets.
         """
-        headers = records.validate_for_append(data, 2**31 - 1)
+        headers = records.validate_for_append(data, 2**31 - 1, produced=False)
         if headers[0].base_offset < self.end_offset:
             raise KafkaApiError(ErrorCode.CORRUPT_MESSAGE, "offsets go backwards")
         self._maybe_roll(len(data), headers, self._clock(), headers[0].base_offset)
@@ -331,6 +342,18 @@ class Log:
         self._update_producers(self.active, headers, self._markers(data, headers))
         self._unflushed_messages += sum(h.records_count for h in headers)
         return self.end_offset
+
+    def _check_keys(self, data: bytearray, headers: list[records.BatchHeader]) -> None:
+        """A compacted log keeps the last record per key: a record without one is refused."""
+        for h in headers:
+            if h.is_control:
+                continue
+            body = record_filter.records_body(data, h)
+            if any(r.key is None for r in record_filter.scan_records(body, h.records_count)):
+                raise KafkaApiError(
+                    ErrorCode.INVALID_RECORD,
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.partition}.")
 
     def _check_timestamps(self, headers: list[records.BatchHeader], now: int) -> None:
         lo = now - self.config.timestamp_before_max_ms
@@ -351,8 +374,13 @@ class Log:
         last_relative = first_offset + sum(h.last_offset_delta + 1 for h in headers) - seg.base_offset
         rolling_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else -1
         age_ms = now - (rolling_ts if rolling_ts > 0 else seg.created_ms)
+        roll_ms = self.config.segment_ms
+        if self.config.compact:
+            # KIP-354: a record may wait at most max.compaction.lag.ms to be
+            # cleanable, and the active segment never is.
+            roll_ms = min(roll_ms, self.config.max_compaction_lag_ms)
         if (seg.size + size > self.config.segment_bytes
-                or age_ms > self.config.segment_ms
+                or age_ms > roll_ms
                 or seg.index.is_full or seg.time_index.is_full
                 or last_relative > _MAX_RELATIVE_OFFSET):
             self.roll(first_offset)
@@ -479,6 +507,37 @@ class Log:
         if upper > seg.last_offset:
             return None
         return seg.position_of(upper)
+
+    def replace_segments(self, old: list[LogSegment], base: int) -> list[str]:
+        """Swap the cleaned copy of ``old`` (consecutive segments, not the active
+        one) in for them (``storage.log.swap``); its files are
+        ``<base>.*.cleaned``, ``base`` being ``old[0]``'s base offset.
+
+        Returns:
+            The retired files, to delete off the event loop.
+
+        Raises:
+            StaleSegments: ``old`` are no longer this log's segments as they
+                were (retention, truncation or deletion ran meanwhile); the
+                cleaned files are left for the caller to remove.
+        """
+        i = next((n for n, s in enumerate(self.segments) if s is old[0]), None)
+        if (i is None or self.segments[i:i + len(old)] != old or old[-1] is self.active
+                or base != old[0].base_offset):
+            raise StaleSegments(f"segments from {base} changed while being cleaned")
+        swap.commit(self.directory, base)
+        retired: list[str] = []
+        for seg in old:
+            seg.close()
+            retired += swap.retire(self.directory, seg.base_offset)
+        swap.finish(self.directory, base)
+        new = LogSegment(self.directory, base, self.config.segment_index_bytes,
+                         self.config.index_interval_bytes, old[0].created_ms)
+        if not new.load_indexes():
+            new.recover(self.config.max_message_bytes)
+        self.segments[i:i + len(old)] = [new]
+        self._bases[i:i + len(old)] = [base]
+        return retired
 
     def iter_segments_from(self, offset: int) -> list[LogSegment]:
         return self.segments[self._segment_for(offset):]
@@ -652,6 +711,7 @@ class Log:
             self._truncate_fully_and_start_at(offset)
             self.log_start_offset = min(start, offset)
             return
+        self._note_truncation(offset)
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()
@@ -682,7 +742,12 @@ class Log:
         self.producers.load_snapshot(producers)
         self.highest_tiered_offset = next_offset - 1
 
+    def _note_truncation(self, offset: int) -> None:
+        if self.truncated_below is None or offset < self.truncated_below:
+            self.truncated_below = offset
+
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._note_truncation(min(offset, self.segments[0].base_offset if self.segments else offset))
         for seg in self.segments:
             seg.delete()
         self.segments = []

@@ -6,8 +6,9 @@ remove the marker (so a crash from now on is detected next time). Directories
 named ``*-delete`` are leftovers of deleted topics and are removed.
 
 Background chores (``run``): retention every log.retention.check.interval.ms,
-time-based flush every log.flush.scheduler.interval.ms, and checkpoint
-writes every log.flush.offset.checkpoint.interval.ms.
+time-based flush every log.flush.scheduler.interval.ms, checkpoint
+writes every log.flush.offset.checkpoint.interval.ms, and the log cleaner
+(``storage.log.cleaner``) for compacted topics.
 
 Shutdown: flush all logs, write checkpoints, close files, write the marker.
 """
@@ -26,6 +27,7 @@ import trio
 from config import BrokerConfig
 from config.topic import LogConfig
 from storage.log import checkpoint
+from storage.log.cleaner import LogCleaner
 from storage.log.log import Log
 
 log = structlog.get_logger(__name__)
@@ -64,6 +66,7 @@ class LogManager:
         self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         self.high_watermarks: Callable[[], dict[TopicPartition, int]] | None = None
         os.makedirs(self.dir, exist_ok=True)
+        self.cleaner = LogCleaner(config, self.logs, clock)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -128,6 +131,7 @@ class LogManager:
         lg = self.logs.pop(tp, None)
         if lg is None:
             return
+        self.cleaner.forget(tp)
         lg.close()
         doomed = f"{lg.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         os.rename(lg.directory, doomed)
@@ -136,8 +140,9 @@ class LogManager:
     # -- background chores ---------------------------------------------------
 
     async def run(self, high_watermark: Callable[[TopicPartition], int]) -> None:
-        """Run retention, flush and checkpoint loops until cancelled."""
+        """Run retention, flush, checkpoint and log cleaner loops until cancelled."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.cleaner.run, high_watermark)
             nursery.start_soon(self._every, self.config["log.retention.check.interval.ms"],
                                self._retention, high_watermark)
             nursery.start_soon(self._every, self.config["log.flush.offset.checkpoint.interval.ms"],

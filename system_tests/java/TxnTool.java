@@ -8,9 +8,10 @@
 // Subcommands:
 //
 //   txns --bootstrap B --topic T --txn-id ID --transactions N --records R
-//        [--partitions P] [--offsets-group G]
+//        [--partitions P] [--offsets-group G] [--keys K]
 //       Transaction i (from 0) sends R records, record j to partition
-//       (i + j) % P with value "txn-<i>-<j>"; even i commit, odd i abort
+//       (i + j) % P with value "txn-<i>-<j>" (and, with --keys, key
+//       "key-<j % K>"; no key otherwise); even i commit, odd i abort
 //       (flushed first, so aborted records reach the log). With
 //       --offsets-group, transaction i also sends offset i + 1 of T-0 for
 //       group G (sendOffsetsToTransaction).
@@ -133,7 +134,14 @@ public final class TxnTool {
     }
 
     static ProducerRecord<byte[], byte[]> record(String topic, int partition, String value) {
-        return new ProducerRecord<>(topic, partition, null, value.getBytes(StandardCharsets.UTF_8));
+        return record(topic, partition, null, value);
+    }
+
+    static ProducerRecord<byte[], byte[]> record(String topic, int partition, String key,
+                                                 String value) {
+        return new ProducerRecord<>(topic, partition,
+                                    key == null ? null : key.getBytes(StandardCharsets.UTF_8),
+                                    value.getBytes(StandardCharsets.UTF_8));
     }
 
     static void txns(Map<String, String> args) throws Exception {
@@ -142,6 +150,7 @@ public final class TxnTool {
         int r = num(args, "records", 1);
         int partitions = num(args, "partitions", 1);
         String group = args.get("offsets-group");
+        int keys = num(args, "keys", 0);
         List<String> committed = new ArrayList<>();
         List<String> aborted = new ArrayList<>();
         try (KafkaProducer<byte[], byte[]> producer = producer(args, need(args, "txn-id"))) {
@@ -150,7 +159,8 @@ public final class TxnTool {
                 List<String> values = new ArrayList<>();
                 for (int j = 0; j < r; j++) {
                     String value = "txn-" + i + "-" + j;
-                    producer.send(record(topic, (i + j) % partitions, value));
+                    String key = keys > 0 ? "key-" + (j % keys) : null;
+                    producer.send(record(topic, (i + j) % partitions, key, value));
                     values.add(value);
                 }
                 if (group != null) {

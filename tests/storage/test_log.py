@@ -308,7 +308,8 @@ def test_retention_by_time_after_a_clean_restart(env):
 def test_no_retention_without_delete_policy(env):
     lg = env.open(config={"segment_bytes": 400, "retention_bytes": 0,
                           "cleanup_policy": ("compact",)})
-    fill(lg, 20)
+    for _ in range(20):
+        produce(lg, [b"x" * 20, b"y" * 20], keys=[b"a", b"b"])
     assert lg.apply_retention(lg.end_offset) == 0
 
 
