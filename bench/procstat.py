@@ -85,22 +85,54 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def child_pids(pid: int) -> list[int]:
+    """Live descendants of ``pid`` from ``/proc/<pid>/task/*/children`` (recursively):
+    cheaper than :func:`descendant_pids`' scan of all of /proc, for frequent sampling."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        nxt: list[int] = []
+        for parent in frontier:
+            for children in Path(f"/proc/{parent}/task").glob("*/children"):
+                try:
+                    nxt.extend(int(c) for c in children.read_text().split())
+                except (OSError, ValueError):
+                    continue
+        found.extend(nxt)
+        frontier = nxt
+    return found
+
+
 class PeakRss:
     """Samples a process's RSS every ``interval_s`` in a thread while open;
-    ``peak`` is the largest sample (bytes)."""
+    ``peak`` is the largest sample (bytes).
 
-    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+    With ``children``, each sample is the process's RSS plus its live
+    descendants' (:func:`child_pids`, e.g. a broker's worker processes), and
+    ``peak_children`` is the largest sample of the descendants alone.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.05, children: bool = False) -> None:
         import threading
 
         self.pid = pid
         self.interval_s = interval_s
-        self.peak = rss_bytes(pid)
+        self.children = children
+        self.peak = 0
+        self.peak_children = 0
+        self._sample()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="peak-rss")
 
+    def _sample(self) -> None:
+        own = rss_bytes(self.pid)
+        kids = sum(rss_bytes(c) for c in child_pids(self.pid)) if self.children else 0
+        self.peak = max(self.peak, own + kids)
+        self.peak_children = max(self.peak_children, kids)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, rss_bytes(self.pid))
+            self._sample()
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -109,4 +141,4 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_bytes(self.pid))
+        self._sample()

@@ -6,6 +6,7 @@ To add one, write ``bench/scenarios/<name>.py`` that calls
 
 from bench.scenarios import (
     cluster,
+    compaction,
     e2e_latency,
     groups,
     rebuild,
@@ -16,4 +17,4 @@ from bench.scenarios import (
 )
 
 __all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "spark",
-           "zero_copy"]
+           "zero_copy", "compaction"]

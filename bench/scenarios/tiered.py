@@ -40,7 +40,7 @@ import tempfile
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,21 +252,26 @@ def create_topics(bootstrap: str, topics: dict[str, dict[str, str]], partitions:
 # -- phases ------------------------------------------------------------------------
 
 
-def bulk_produce(bootstrap: str, topic: str, values: list[bytes]) -> float:
+def bulk_produce(bootstrap: str, topic: str, values: Sequence[bytes], *, acks: str = "all",
+                 codec: str = "none", keys: list[bytes] | None = None) -> float:
     """Produce ``values`` as fast as the client goes; fail on any delivery error.
+
+    ``keys`` (one per value) are sent as the records' keys (the ``compaction``
+    scenario fills a compacted topic with it).
 
     Returns:
         The rate reached (msgs/s, first produce to last delivery).
     """
     tracker = DeliveryTracker()
-    producer = Producer(producer_config(bootstrap, "all", "none", LINGER_MS,
+    producer = Producer(producer_config(bootstrap, acks, codec, LINGER_MS,
                                         on_delivery=tracker))
     topic_partitions(producer, topic)
     started = time.perf_counter()
     for i, value in enumerate(values):
+        key = None if keys is None else keys[i]
         while True:
             try:
-                producer.produce(topic, value)
+                producer.produce(topic, value, key)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -280,12 +285,14 @@ def bulk_produce(bootstrap: str, topic: str, values: list[bytes]) -> float:
     return len(values) / elapsed
 
 
-def paced_produce(bootstrap: str, topic: str, values: list[bytes], rate: float,
-                  seconds: float, linger_ms: int) -> list[float]:
+def paced_produce(bootstrap: str, topic: str, values: Sequence[bytes], rate: float,
+                  seconds: float, linger_ms: int, *, acks: str = "all",
+                  tracker: DeliveryTracker | None = None) -> list[float]:
     """Produce at ``rate`` msg/s for ``seconds`` (cycling through ``values``);
-    return the acks=all delivery latencies (s)."""
-    tracker = DeliveryTracker()
-    producer = Producer(producer_config(bootstrap, "all", "none", linger_ms,
+    return the delivery latencies (s). ``tracker``: a delivery callback of the
+    caller's (e.g. one that also keeps each record's send time)."""
+    tracker = tracker if tracker is not None else DeliveryTracker()
+    producer = Producer(producer_config(bootstrap, acks, "none", linger_ms,
                                         on_delivery=tracker))
     topic_partitions(producer, topic)  # connect and fetch metadata before the clock starts
     interval = 1.0 / rate

@@ -156,3 +156,73 @@ def test_rebuild_plan_victim_and_windows() -> None:
     assert math.isnan(rebuild.window_p99(samples, 200, 300))
     a, b = rebuild.make_value(0), rebuild.make_value(1)
     assert len(a) == len(b) == 1024 and a[8:] != b[8:]
+
+
+def test_peak_rss_counts_child_processes() -> None:
+    from bench.procstat import PeakRss, child_pids
+
+    hog = "import time\nx = bytearray(64 << 20)\nx[::4096] = b'x' * len(x[::4096])\ntime.sleep(5)"
+    child = subprocess.Popen([sys.executable, "-c", hog])
+    try:
+        deadline = time.monotonic() + 10
+        with PeakRss(os.getpid(), 0.02, children=True) as rss:
+            while time.monotonic() < deadline and rss.peak_children < 64 << 20:
+                time.sleep(0.05)
+        assert child.pid in child_pids(os.getpid())
+        assert rss.peak_children >= 64 << 20
+        assert rss.peak >= rss.peak_children
+    finally:
+        child.kill()
+        child.wait(timeout=5)
+
+
+def test_compaction_log_parsing_keys_and_layout() -> None:
+    from bench.payload import make_value
+    from bench.scenarios import compaction as c
+
+    text = (
+        "2026-11-26T20:56:06.966022Z [info     ] cleaned log                    "
+        "bytes_in=55990857 bytes_out=4957553 cleaned_up_to=100590 first_dirty=0 "
+        "map_entries=10000 mb_per_s=38.16 partition=0 seconds=1.467 topic=t1\n"
+        "2026-11-26T20:56:07.000000Z [info     ] cleaned log                    "
+        "bytes_in=10 bytes_out=1 partition=0 seconds=0.5 topic=__consumer_offsets\n"
+        "2026-11-26T20:56:08.000000Z [error    ] partition marked uncleanable   "
+        "error=boom partition=0 topic=t1\n"
+    )
+    [p] = c.parse_passes(text, "t1")
+    assert (p.bytes_in, p.bytes_out, p.seconds) == (55990857, 4957553, 1.467)
+    assert math.isclose(p.end - p.start, 1.467, abs_tol=1e-6)
+    assert len(c.parse_passes(text, c.OFFSETS_TOPIC)) == 1
+    assert any("uncleanable" in line for line in c.cleaner_problems(text))
+    # Every key at least once, ~count/KEYS updates each; last values win.
+    keys = c.update_keys(3 * c.KEYS, seed=1, every_key_first=True)
+    assert len(set(keys)) == c.KEYS and len(keys) == 3 * c.KEYS
+    values = c.Values(10, len(keys))
+    assert values[0] == make_value(10, c.SIZE) and values[-1] == make_value(10 + 3 * c.KEYS - 1,
+                                                                          c.SIZE)
+    last = c.last_values(keys, values)
+    assert last[keys[-1]] == values[-1] and len(last) == c.KEYS
+    # Offsets segment: 16 MiB at full scale, scaled down (not below the floor).
+    assert c.offsets_segment_bytes(1.0) == c.offsets_segment_bytes(3.0) == 16 << 20
+    assert c.offsets_segment_bytes(0.1) == int((16 << 20) * 0.1)
+    assert c.offsets_segment_bytes(0.001) == c.MIN_OFFSETS_SEGMENT_BYTES
+    # Commit offsets are distinct per request and partition; requests encode.
+    offsets = {c.offset_for(r, p) for r in range(30) for p in range(c.COMMIT_PARTITIONS)}
+    assert len(offsets) == 30 // c.COMMIT_GROUPS * c.COMMIT_PARTITIONS
+    assert c.expected_offsets(29)[5] == c.offset_for(29, 5)
+    from system_tests._proc import encode_request
+
+    frame = encode_request(c.commit_request("g", "t", 7), c.OFFSET_COMMIT_VERSION, 1)
+    assert len(frame) > 100 * c.COMMIT_PARTITIONS // 10
+
+
+def test_compaction_metrics_and_targets_cover_both_cases() -> None:
+    from bench.scenarios import compaction as c
+
+    cases = (c.CLEAN_CASE, c.OFFSETS_CASE)
+    assert all(any(m.applies_to(case) for case in cases) for m in c.METRICS)
+    judged = {(t.cases, t.metric): t.value for t in c.TARGETS}
+    assert judged[(c.CLEAN_CASE, "p99_ratio")] == 1.2
+    assert judged[(c.OFFSETS_CASE, "restart_after_s")] == 2.0
+    keys = [m.key for m in c.METRICS]
+    assert len(keys) == len(set(keys))

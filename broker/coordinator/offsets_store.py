@@ -130,10 +130,16 @@ class OffsetsStore:
 
     def replay(self, partition: int) -> dict[str, LoadedGroup]:
         """Read one partition of the topic and fold it into per-group state."""
-        groups: dict[str, LoadedGroup] = {}
+        # Each key's state is its last record's alone, so the fold keeps the raw
+        # last value per raw key and decodes once per key, not once per record
+        # (a replay of an uncleaned tail reads many commits of the same keys).
+        last: dict[bytes, bytes | None] = {}
         count = 0
         for key, value in self._records((OFFSETS_TOPIC, partition)):
             count += 1
+            last[key] = value
+        groups: dict[str, LoadedGroup] = {}
+        for key, value in last.items():
             try:
                 _apply(groups, rec.decode_key(key), value)
             except rec.RecordFormatError as exc:

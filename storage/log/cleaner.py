@@ -191,7 +191,11 @@ class LogCleaner:
                     high_watermark: Callable[[TopicPartition], int]) -> None:
         backoff = self.config["log.cleaner.backoff.ms"] / 1000
         while True:
-            picked = self.grab_filthiest(high_watermark)
+            try:
+                picked = self.grab_filthiest(high_watermark)
+            except Exception:  # our own bug: log it, never take the broker down
+                log.exception("choosing a log to clean failed")
+                picked = None
             if picked is None:
                 with trio.move_on_after(backoff):
                     await self._wake.wait()

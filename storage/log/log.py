@@ -523,7 +523,7 @@ class Log:
         """
         i = next((n for n, s in enumerate(self.segments) if s is old[0]), None)
         if (i is None or self.segments[i:i + len(old)] != old or old[-1] is self.active
-                or base != old[0].base_offset):
+                or base != old[0].base_offset or any(s.fd < 0 for s in old)):
             raise StaleSegments(f"segments from {base} changed while being cleaned")
         swap.commit(self.directory, base)
         retired: list[str] = []
