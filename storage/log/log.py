@@ -657,7 +657,11 @@ class Log:
 
     def _first_segment_expired(self, now: int, high_watermark: int) -> bool:
         seg = self.segments[0]
-        if seg.is_empty or seg.last_offset >= high_watermark:
+        if seg.is_empty:
+            # Holds nothing (the cleaner emptied it): it has no timestamp to
+            # expire by, and deleting it loses nothing; the active one stays.
+            return len(self.segments) > 1
+        if seg.last_offset >= high_watermark:
             return False
         cfg = self.config
         if cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:

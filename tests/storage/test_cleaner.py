@@ -511,3 +511,26 @@ async def test_reader_during_a_pass_sees_a_consistent_log(env):
     await cleaner._clean(Reading(), picked)  # type: ignore[arg-type]
     assert len(seen) > 5 and seen[-1] < seen[1], "no read happened between swaps"
     assert latest(everything(lg)) == want
+
+
+async def test_compact_delete_cleans_and_applies_retention(env):
+    """cleanup.policy=compact,delete: retention removes old segments of the
+    cleaned log and the cleaner goes on from the new log start."""
+    lg = env.open(config={"cleanup_policy": ("compact", "delete"), "segment_bytes": 600,
+                          "retention_ms": 60_000})
+    for i in range(60):
+        put(lg, [(f"k{i % 5}".encode(), f"old{i}".encode().ljust(40, b"."))])
+    roll(lg)
+    cleaner = make_cleaner(env, lg)
+    assert await clean(env, lg, cleaner)
+    env.clock.advance(60_001)
+    for i in range(30):
+        put(lg, [(f"k{i % 5}".encode(), f"new{i}".encode().ljust(40, b"."))])
+    roll(lg)
+    assert lg.apply_retention(lg.end_offset) > 0
+    assert lg.log_start_offset >= 60
+    assert await clean(env, lg, cleaner)
+    after = everything(lg)
+    assert {r.key: r.value[:5] for r in after} == {f"k{k}".encode(): f"new{25 + k}".encode()
+                                                  for k in range(5)}
+    assert len(after) == 5
