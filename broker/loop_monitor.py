@@ -34,14 +34,19 @@ class LoopMonitor(trio.abc.Instrument):
         self.durations = Histogram(
             "tierd_event_loop_stall_seconds", "Duration of those long task steps",
             registry=registry, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-        self._started = 0.0
+        # None until a step starts under the monitor: the step that installs it
+        # began before it was there and has no start time to measure from.
+        self._started: float | None = None
         self._logged: dict[str, float] = {}
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._started is None:
+            return
         elapsed = time.perf_counter() - self._started
+        self._started = None
         if elapsed < self.threshold_s:
             return
         name = task.name

@@ -50,3 +50,19 @@ def test_off_installs_nothing() -> None:
         assert loop_monitor.install(-1, CollectorRegistry()) is None
 
     trio.run(main)
+
+
+def test_the_installing_step_is_not_a_stall() -> None:
+    """The step that installs the monitor started before it: it has no start
+    time, and once reported the whole time since the process started."""
+    registry = CollectorRegistry()
+
+    async def main() -> None:
+        time.sleep(0.05)  # long before the install, in the same step
+        monitor = loop_monitor.install(30, registry)
+        assert monitor is not None
+        await trio.sleep(0)
+        trio.lowlevel.remove_instrument(monitor)
+
+    trio.run(main)
+    assert registry.get_sample_value("tierd_event_loop_stall_seconds_count") == 0
