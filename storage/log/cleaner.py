@@ -165,7 +165,6 @@ class LogCleaner:
         self.uncleanable: set[TopicPartition] = set()
         self.stats = CleanerStats()
         self._workers: list[CleanerWorker] = []
-        self._wake = trio.Event()
 
     # -- the loop ---------------------------------------------------------------
 
@@ -183,10 +182,6 @@ class LogCleaner:
             for worker in self._workers:
                 worker.close()
 
-    def wake(self) -> None:
-        """Look for work now instead of after the backoff (tests, tools)."""
-        self._wake.set()
-
     async def _task(self, worker: CleanerWorker,
                     high_watermark: Callable[[TopicPartition], int]) -> None:
         backoff = self.config["log.cleaner.backoff.ms"] / 1000
@@ -197,9 +192,7 @@ class LogCleaner:
                 log.exception("choosing a log to clean failed")
                 picked = None
             if picked is None:
-                with trio.move_on_after(backoff):
-                    await self._wake.wait()
-                self._wake = trio.Event()
+                await trio.sleep(backoff)
                 continue
             self.in_progress.add(picked.tp)
             try:
