@@ -73,6 +73,15 @@ SUBMIT_TIMEOUT_S = 180
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     session = local_session("tierd-pipeline-tests")
+    # foreachBatch calls back into this process through py4j's callback server,
+    # whose accept loop uses select(): with its socket at fd >= 1024 the loop
+    # dies and every streaming query hangs. Start it now and fail clearly.
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = session.sparkContext._gateway
+    ensure_callback_server_started(gateway)
+    fd = gateway._callback_server.server_socket.fileno()
+    assert fd < 1024, f"py4j callback server socket is fd {fd}: too many open files here"
     yield session
     session.stop()
 
