@@ -44,7 +44,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from config import BrokerConfig
 from storage.log import checkpoint, swap
-from storage.log.cleaner_pass import PassSpec, remove_cleaned
+from storage.log.cleaner_pass import PassSpec
 from storage.log.cleaner_process import CleanerError, CleanerWorker
 from storage.log.log import Log, StaleSegments
 from storage.log.segment import LogSegment
@@ -284,7 +284,7 @@ class LogCleaner:
                 try:
                     retired += lg.replace_segments(group, result.base)
                 except StaleSegments:
-                    remove_cleaned(lg.directory, result.base)
+                    swap.remove_cleaned(lg.directory, result.base)
                     await worker.call("end_pass")
                     raise
                 bytes_in += result.bytes_read

@@ -50,7 +50,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
-import struct
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -60,7 +59,9 @@ from protocol import records
 from protocol.control import decode_marker
 from protocol.errors import KafkaApiError
 from protocol.record_filter import RawRecord, delete_horizon, rebuild_batch, records_body, scan_records
+from storage.log.index import OffsetIndex, TimeIndex
 from storage.log.segment import filename_prefix
+from storage.log.swap import CLEANED, remove_cleaned
 from storage.log.txn_index import AbortedTxn
 
 # Memory one map entry takes in the worker: a dict slot plus a 16-byte bytes
@@ -68,10 +69,8 @@ from storage.log.txn_index import AbortedTxn
 # rounded up for the dict's slack right after it grows.
 BYTES_PER_MAP_ENTRY = 160
 KEY_DIGEST_BYTES = 16
-CLEANED_SUFFIX = ".cleaned"
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
-_INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+_INDEX_ENTRY = OffsetIndex.entry
+_TIME_ENTRY = TimeIndex.entry
 
 
 class CorruptLog(Exception):
@@ -237,7 +236,7 @@ class _CleanedWriter:
         self.base = base
         self.index_interval = index_interval
         self.buffer_bytes = buffer_bytes
-        self.fd = os.open(self.prefix + ".log" + CLEANED_SUFFIX,
+        self.fd = os.open(self.prefix + ".log" + CLEANED,
                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.size = 0
         self._pending = bytearray()
@@ -281,7 +280,7 @@ class _CleanedWriter:
                              (".txnindex", self._txn_index)):
             if suffix == ".txnindex" and not data:
                 continue
-            fd = os.open(self.prefix + suffix + CLEANED_SUFFIX,
+            fd = os.open(self.prefix + suffix + CLEANED,
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, data)
@@ -292,16 +291,6 @@ class _CleanedWriter:
     def abandon(self) -> None:
         os.close(self.fd)
         remove_cleaned(os.path.dirname(self.prefix), self.base)
-
-
-def remove_cleaned(directory: str, base: int) -> None:
-    """Delete the ``.cleaned`` files of ``base`` (an abandoned group)."""
-    prefix = os.path.join(directory, filename_prefix(base))
-    for suffix in (".log", *_INDEX_SUFFIXES):
-        try:
-            os.unlink(prefix + suffix + CLEANED_SUFFIX)
-        except FileNotFoundError:
-            pass
 
 
 class CleaningPass:

@@ -27,12 +27,13 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
 import structlog
 import trio
+
+from storage.worker_process import configure_logging
 
 log = structlog.get_logger(__name__)
 
@@ -63,13 +64,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def _worker_main(conn: Connection, parent_pid: int, log_level: int) -> None:
     _die_with_parent(parent_pid)
     os.nice(WORKER_NICENESS)
-    structlog.configure(
-        processors=[structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso"),
-                    structlog.processors.format_exc_info,
-                    structlog.dev.ConsoleRenderer(colors=False)],
-        wrapper_class=structlog.make_filtering_bound_logger(log_level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    configure_logging(log_level)
     from storage.log.cleaner_pass import CleaningPass, CorruptLog
 
     current: CleaningPass | None = None

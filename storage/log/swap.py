@@ -26,10 +26,10 @@ again. A missing index is rebuilt from the log when the segment opens.
 from __future__ import annotations
 
 import os
-import struct
 
 import structlog
 
+from protocol import records
 from storage.log.segment import filename_prefix
 
 log = structlog.get_logger(__name__)
@@ -39,9 +39,6 @@ SWAP = ".swap"
 DELETED = ".deleted"
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 SEGMENT_SUFFIXES = (".log", *INDEX_SUFFIXES)
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
-_PEEK = struct.Struct(">qiibIhi")
-_LOG_OVERHEAD = 12
 
 
 def _prefix(directory: str, base: int) -> str:
@@ -87,6 +84,11 @@ def finish(directory: str, base: int) -> None:
         _rename_if_exists(prefix + suffix + SWAP, prefix + suffix)
 
 
+def remove_cleaned(directory: str, base: int) -> None:
+    """Delete the ``.cleaned`` files of ``base`` (a group never swapped in)."""
+    delete_files([_prefix(directory, base) + s + CLEANED for s in SEGMENT_SUFFIXES])
+
+
 def delete_files(paths: list[str]) -> None:
     """Remove retired files (blocking; run off the event loop)."""
     for path in paths:
@@ -102,14 +104,13 @@ def _last_offset(path: str) -> int | None:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         position = 0
-        while position + _PEEK.size <= size:
+        while position + records.HEADER_SIZE <= size:
             f.seek(position)
-            head = f.read(_PEEK.size)
-            base, length, _, _, _, _, last_delta = _PEEK.unpack(head)
-            end = position + _LOG_OVERHEAD + length
-            if length <= 0 or end > size:
+            header = records.parse_header(f.read(records.HEADER_SIZE), 0)
+            end = position + header.size
+            if header.batch_length <= 0 or end > size:
                 break
-            last = base + last_delta
+            last = header.last_offset
             position = end
     return last
 

@@ -32,7 +32,6 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures.process import BrokenProcessPool
@@ -41,6 +40,7 @@ from typing import Any
 import structlog
 
 from storage.remote.types import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError
+from storage.worker_process import configure_logging
 
 log = structlog.get_logger(__name__)
 
@@ -55,13 +55,7 @@ def _start_worker(class_name: str, settings: dict[str, str], log_level: int) -> 
     # Copies are background work: on a busy machine the broker's own process
     # (the event loop serving produce) must win the CPU.
     os.nice(WORKER_NICENESS)
-    structlog.configure(
-        processors=[structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso"),
-                    structlog.processors.format_exc_info,
-                    structlog.dev.ConsoleRenderer(colors=False)],
-        wrapper_class=structlog.make_filtering_bound_logger(log_level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    configure_logging(log_level)
     from storage.remote.rsm import load_rsm
 
     _worker_rsm = load_rsm(class_name, settings)
