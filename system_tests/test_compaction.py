@@ -10,6 +10,10 @@ were written. The crash test SIGKILLs the broker while passes run.
 Rolling on demand: the topics use segment.ms=1000, and ``clean_everything``
 keeps appending a small record on a key of its own until a pass has
 covered the offset of its first one, so no test depends on segment sizes.
+A test that reads the log before cleaning creates its topic with HELD
+(min.compaction.lag.ms of an hour): small segments roll while it produces,
+and without the hold a pass may clean them before that first read.
+``clean_everything`` lifts the hold with IncrementalAlterConfigs.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from system_tests import txn_java
 from system_tests._proc import TierdProc, scrape, start_tierd, wait_for
 from system_tests.admin import create_topic
 from system_tests.clients import DRIVERS
+from system_tests.tiered_helpers import alter_topic
 
 CLEANER = {"log.cleaner.backoff.ms": "100"}
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "8192", "segment.ms": "1000",
              "min.cleanable.dirty.ratio": "0.01", "retention.ms": "-1"}
+HELD = {**COMPACTED, "min.compaction.lag.ms": "3600000"}
 ROLL_KEY = b"__roll__"
 _CLEANED = re.compile(r"cleaned log .*?cleaned_up_to=(\d+).*?topic=(\S+)")
 
@@ -46,7 +52,9 @@ def cleaned_up_to(broker: TierdProc, topic: str) -> int:
 
 
 def clean_everything(broker: TierdProc, topic: str, timeout_s: float = 60) -> None:
-    """Roll the active segment (segment.ms) and wait for a pass past what was written."""
+    """Lift any hold (HELD), roll the active segment (segment.ms) and wait for a
+    pass past what was written."""
+    alter_topic(broker, topic, min_compaction_lag_ms="0")
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
     try:
         first = producer.send(topic, key=ROLL_KEY, value=b"roll", partition=0).get(30).offset
@@ -107,7 +115,7 @@ def debezium_changelog(rows: int, updates: int, rng: random.Random
 def test_changelog_reads_latest_value_per_key_with_every_client(
         request: pytest.FixtureRequest, tmp_path: Path, topic: str) -> None:
     broker = start_tierd(request, tmp_path / "broker", CLEANER)
-    create_topic(broker.bootstrap, topic, 1, configs=COMPACTED)
+    create_topic(broker.bootstrap, topic, 1, configs=HELD)
     events = debezium_changelog(200, 15, random.Random(11))
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all",
                              compression_type="lz4", linger_ms=5)
@@ -166,7 +174,7 @@ def _java_consume(bootstrap: str, topic: str, isolation: str, expect: int) -> li
 def test_transactions_cleaned_read_committed_unchanged(
         request: pytest.FixtureRequest, tmp_path: Path, topic: str) -> None:
     broker = start_tierd(request, tmp_path / "broker", CLEANER)
-    create_topic(broker.bootstrap, topic, 1, configs=COMPACTED)
+    create_topic(broker.bootstrap, topic, 1, configs=HELD)
     keys, per_txn = 5, 10
     result = txn_java.run(["txns", "--bootstrap", broker.bootstrap, "--topic", topic,
                            "--txn-id", f"{topic}-txn", "--transactions", "40",
