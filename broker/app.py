@@ -29,6 +29,7 @@ from broker.transactions.markers import MarkerWriter
 from config import BrokerConfig
 from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
+from replication.metadata_cache import BrokerEndpoint
 from replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger(__name__)
@@ -93,7 +94,6 @@ async def run(config: BrokerConfig) -> None:
     if metrics_port >= 0:
         bound = ctx.metrics.serve(config["tierd.metrics.host"], metrics_port)
         metrics_url = f"http://{config['tierd.metrics.host']}:{bound}/metrics"
-    host, port = config.listener
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
@@ -104,22 +104,30 @@ async def run(config: BrokerConfig) -> None:
                 await nursery.start(ctx.groups.run)
             if ctx.transactions is not None:
                 await nursery.start(ctx.transactions.run)
-            try:
-                listeners = await nursery.start(serve, ctx, host, port)
-            except OSError as exc:
-                raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-            bound_port = listeners[0].socket.getsockname()[1]
-            adv_host, adv_port = config.advertised
-            adv_port = adv_port or bound_port
+            ports: dict[str, int] = {}
+            for listener in config.listeners.bind:
+                if listener.security_protocol != "PLAINTEXT":
+                    raise ListenError(f"{listener.url()}: security protocol "
+                                      f"{listener.security_protocol} is not supported yet")
+                try:
+                    sockets = await nursery.start(serve, ctx, listener)
+                except OSError as exc:
+                    raise ListenError(f"cannot listen on {listener.url()}: "
+                                      f"{exc.strerror}") from None
+                ports[listener.name] = sockets[0].socket.getsockname()[1]
+            endpoint = BrokerEndpoint.advertise(ctx.node_id, config.listeners, ports)
             if node is not None:
-                node.admin.set_endpoint(adv_host, adv_port)
+                node.admin.set_endpoint(endpoint)
             if ctx.cluster is not None:
-                await nursery.start(ctx.cluster.run, adv_host, adv_port)
+                await nursery.start(ctx.cluster.run, endpoint)
                 if tiering is not None:
                     nursery.start_soon(tiering.run)
-            log.info("tierd listening", host=host, port=bound_port, node_id=ctx.node_id,
+            urls = [b.url(ports[b.name]) for b in config.listeners.bind]
+            first = config.listeners.bind[0]
+            log.info("tierd listening", listeners=urls, node_id=ctx.node_id,
                      cluster_id=ctx.cluster_id, log_dir=config.log_dir, metrics=metrics_url)
-            print(f"tierd listening on {host}:{bound_port} (metrics: {metrics_url})",
+            print(f"tierd listening on {first.host}:{ports[first.name]} (metrics: {metrics_url})"
+                  + (f" listeners: {' '.join(urls)}" if len(urls) > 1 else ""),
                   file=sys.stderr, flush=True)
             async for signum in signals:
                 log.info("shutting down", signal=signal.Signals(signum).name)

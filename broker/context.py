@@ -40,3 +40,25 @@ class BrokerContext:
 # it ("/127.0.0.1"; JoinGroup records it as the member's client host). Set by
 # the server in each connection's task, so every request sees its own.
 client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One connection's side of a request: the listener it came through, its
+    security protocol, and who it authenticated as (Kafka's principal)."""
+
+    listener: str | None = None
+    security_protocol: str = "PLAINTEXT"
+    principal: str = "User:ANONYMOUS"
+
+
+# The session of the connection whose request is being handled; set by the
+# server in each connection's task (default: no listener, as in unit tests
+# calling handlers directly, where brokers are reported as brokers see them).
+NO_SESSION = Session()
+session: contextvars.ContextVar[Session] = contextvars.ContextVar("session", default=NO_SESSION)
+
+
+def current_listener() -> str | None:
+    """The listener the request being handled came through."""
+    return session.get().listener

@@ -22,8 +22,9 @@ import structlog
 import trio
 
 from broker import zero_copy
-from broker.context import BrokerContext, client_host
+from broker.context import BrokerContext, Session, client_host, session
 from broker.handlers import HANDLERS
+from config.listeners import Listener
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
@@ -41,9 +42,12 @@ class CloseConnection(Exception):
 
 
 class Connection:
-    def __init__(self, ctx: BrokerContext, stream: trio.SocketStream) -> None:
+    def __init__(self, ctx: BrokerContext, stream: trio.SocketStream,
+                 listener: Listener | None = None) -> None:
         self.ctx = ctx
         self.stream = stream
+        self.session = (Session(listener.name, listener.security_protocol)
+                        if listener is not None else Session())
         self.decoder = FrameDecoder(ctx.config["socket.request.max.bytes"])
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -53,6 +57,7 @@ class Connection:
 
     async def serve(self) -> None:
         client_host.set("/" + self.peer.rpartition(":")[0])
+        session.set(self.session)
         metrics = self.ctx.metrics
         metrics.connections.inc()
         metrics.connections_total.inc()
@@ -165,12 +170,12 @@ class Connection:
         raise AssertionError("unreachable")
 
 
-async def serve(ctx: BrokerContext, host: str, port: int,
+async def serve(ctx: BrokerContext, listener: Listener,
                 task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
                 ) -> None:
-    """Accept connections until cancelled."""
+    """Accept connections on ``listener`` until cancelled."""
 
     async def handler(stream: trio.SocketStream) -> None:
-        await Connection(ctx, stream).serve()
+        await Connection(ctx, stream, listener).serve()
 
-    await trio.serve_tcp(handler, port, host=host, task_status=task_status)
+    await trio.serve_tcp(handler, listener.port, host=listener.host, task_status=task_status)

@@ -18,6 +18,7 @@ import structlog
 
 from config.defs import LONG_MAX, ConfigDef, ConfigError
 from config.defs import ConfigType as T
+from config.listeners import DEFAULT_PROTOCOL_MAP, PROTOCOLS, Listeners, resolve
 from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
 
 log = structlog.get_logger(__name__)
@@ -40,6 +41,13 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("listeners", T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listeners.", check=_listener_check),
     ConfigDef("advertised.listeners", T.LIST, None, "Listeners given to clients.",
               check=_listener_check),
+    ConfigDef("listener.security.protocol.map", T.LIST, DEFAULT_PROTOCOL_MAP,
+              "Security protocol of each listener name (NAME:PROTOCOL)."),
+    ConfigDef("inter.broker.listener.name", T.STRING, None,
+              "Listener brokers use to reach each other."),
+    ConfigDef("security.inter.broker.protocol", T.STRING, "PLAINTEXT",
+              "Inter-broker security protocol if inter.broker.listener.name is unset.",
+              choices=PROTOCOLS),
     ConfigDef("log.dirs", T.LIST, None, "Log directories (only the first is used)."),
     ConfigDef("log.dir", T.STRING, "./data", "Log directory if log.dirs is not set."),
     ConfigDef("num.partitions", T.INT, 1, "Default partitions of a new topic.", at_least=1),
@@ -206,8 +214,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "process.roles",
-    "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
-    "listener.security.protocol.map",
+    "controller.quorum.voters", "controller.listener.names",
 })
 
 ENV_PREFIX = "TIERD_"
@@ -223,6 +230,10 @@ class BrokerConfig:
 
     values: dict[str, Any]
     explicit: set[str] = field(default_factory=set)
+    listeners: Listeners = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.listeners = resolve(self.values, self.explicit)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -261,7 +272,8 @@ class BrokerConfig:
         for key, text in raw.items():
             d = DEFS.get(key)
             if d is None:
-                if key not in IGNORED_KAFKA_KEYS and not key.startswith(("rsm.config.", "rlmm.config.")):
+                if key not in IGNORED_KAFKA_KEYS and not key.startswith(
+                        ("rsm.config.", "rlmm.config.", "listener.name.")):
                     log.warning("unknown config key", key=key)
                 values[key] = text
                 continue
@@ -275,21 +287,14 @@ class BrokerConfig:
         dirs = self.values["log.dirs"]
         return dirs[0] if dirs else self.values["log.dir"]
 
-    @property
-    def listener(self) -> tuple[str, int]:
-        """Host and port of the first listener."""
-        return _host_port(self.values["listeners"][0])
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        adv = self.values["advertised.listeners"] or self.values["listeners"]
-        return _host_port(adv[0])
-
-
-def _host_port(listener: str) -> tuple[str, int]:
-    rest = listener.partition("://")[2]
-    host, _, port = rest.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    def for_listener(self, listener: str, key: str) -> Any:
+        """``key`` for one listener: ``listener.name.<listener>.<key>`` if set
+        (as text, typed by ``key``'s definition), else ``key``."""
+        raw = self.values.get(f"listener.name.{listener.lower()}.{key}")
+        if raw is None:
+            return self.values.get(key)
+        d = DEFS.get(key)
+        return d.parse(raw) if d is not None and isinstance(raw, str) else raw
 
 
 def _derive(values: dict[str, Any]) -> None:

@@ -103,7 +103,7 @@ class ClusterNode:
             self.topic_configs[topic] = await self.zk.get_topic_config(topic)
         return self.topic_configs[topic]
 
-    async def run(self, host: str, port: int,
+    async def run(self, endpoint: BrokerEndpoint,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start what serves controller requests, then register (the controller
         may send LeaderAndIsr at once), then compete for the controller role."""
@@ -112,8 +112,8 @@ class ClusterNode:
             await nursery.start(self.fetchers.run)
             await nursery.start(self.isr.run)
             nursery.start_soon(self._watch_config_changes)
-            self.metadata.set_brokers([BrokerEndpoint(self.node_id, host, port)])
-            self.broker_epoch = await self.zk.register_broker(self.node_id, host, port)
+            self.metadata.set_brokers([endpoint])
+            self.broker_epoch = await self.zk.register_broker(endpoint)
             log.info("registered in ZooKeeper", node_id=self.node_id,
                      broker_epoch=self.broker_epoch)
             nursery.start_soon(self._reregister_on_new_session)
@@ -126,8 +126,7 @@ class ClusterNode:
             endpoint = self.metadata.broker(self.node_id)
             if endpoint is None:
                 continue
-            self.broker_epoch = await self.zk.register_broker(self.node_id, endpoint.host,
-                                                              endpoint.port)
+            self.broker_epoch = await self.zk.register_broker(endpoint)
             log.info("re-registered after a new ZooKeeper session", node_id=self.node_id,
                      broker_epoch=self.broker_epoch)
 
@@ -310,6 +309,7 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     zk = await ZkClient.connect(config["zookeeper.connect"],
                                 config["zookeeper.session.timeout.ms"],
                                 config["zookeeper.connection.timeout.ms"])
+    zk.inter_broker_listener = config.listeners.inter_broker
     cluster_id = await zk.get_or_create_cluster_id(meta_cluster_id(config.log_dir)
                                                    or uuid.uuid4().hex[:22])
     store = LocalMetadataStore(config.log_dir, config["node.id"], cluster_id)

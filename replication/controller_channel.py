@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from config.listeners import PROTOCOL_IDS
 from protocol import broker_apis as ib
 from replication.elections import LeaderAndIsr
-from replication.metadata_cache import BrokerEndpoint
+from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from replication.peer import Peer, PeerError
 
 if TYPE_CHECKING:
@@ -44,8 +45,10 @@ MAX_QUEUED = 1000
 RETRY_BACKOFF_S = 0.2
 # Kafka's LeaderAndIsr type for a full (not incremental) request.
 FULL_TYPE = 1
-PLAINTEXT = 0
-LISTENER = "PLAINTEXT"
+
+
+def _listeners(e: BrokerEndpoint) -> tuple[ListenerEndpoint, ...]:
+    return e.listeners or (ListenerEndpoint("PLAINTEXT", "PLAINTEXT", e.host, e.port),)
 
 
 class ControllerChannel:
@@ -181,9 +184,11 @@ class ControllerChannel:
                 leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
                 zk_version=state.version, replicas=list(replicas),
                 offline_replicas=[r for r in replicas if r not in ctx.brokers]))
+        end_cls = req.UpdateMetadataBroker.UpdateMetadataEndpoint
         live = [req.UpdateMetadataBroker(
-            id=b, endpoints=[req.UpdateMetadataBroker.UpdateMetadataEndpoint(
-                port=e.port, host=e.host, listener=LISTENER, security_protocol=PLAINTEXT)],
+            id=b, endpoints=[end_cls(port=le.port, host=le.host, listener=le.name,
+                                     security_protocol=PROTOCOL_IDS[le.security_protocol])
+                             for le in _listeners(e)],
             rack=e.rack) for b, e in sorted(ctx.brokers.items())]
         for broker in brokers:
             body = req(controller_id=self.node_id, controller_epoch=ctx.epoch,

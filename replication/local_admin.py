@@ -46,9 +46,9 @@ class LocalTopicAdmin:
         for topic in self.store.topics.values():
             self._apply(topic)
 
-    def set_endpoint(self, host: str, port: int) -> None:
-        """This broker's advertised address (known once the listener is bound)."""
-        self.metadata.set_brokers([BrokerEndpoint(self.node_id, host, port)])
+    def set_endpoint(self, endpoint: BrokerEndpoint) -> None:
+        """This broker's advertised listeners (ports known once they are bound)."""
+        self.metadata.set_brokers([endpoint])
 
     def _log_config_for(self, topic: str):  # type: ignore[no-untyped-def]
         info = self.store.get(topic)
@@ -137,7 +137,6 @@ def open_single_node(config: BrokerConfig, clock: Callable[[], int] = now_ms) ->
     replicas = ReplicaManager(config, LogManager(config, clock))
     admin = LocalTopicAdmin(config, store, metadata, replicas)
     admin.load()
-    host, port = config.advertised
-    admin.set_endpoint(host, port)
+    admin.set_endpoint(BrokerEndpoint.advertise(config["node.id"], config.listeners))
     return SingleNode(store, metadata, replicas, admin,
                       InternalTopics(config, admin, metadata, replicas))

@@ -19,8 +19,10 @@ feeder calls, never half of one (mutators do not await).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from config.listeners import Listeners
 from replication.metadata import TopicInfo
 
 TopicPartition = tuple[str, int]
@@ -30,11 +32,48 @@ NO_LEADER = -1
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """One advertised listener of a broker."""
+
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
+    """A broker: ``host``/``port`` are where brokers reach it (its inter-broker
+    listener); ``listeners`` every listener it advertises."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[ListenerEndpoint, ...] = ()
+
+    @classmethod
+    def advertise(cls, node_id: int, listeners: Listeners,
+                  bound: Mapping[str, int] | None = None) -> BrokerEndpoint:
+        """This broker as its config advertises it; an advertised port 0 becomes
+        the port its listener of that name bound (``bound``, by name)."""
+        bound = bound or {}
+        ends = tuple(ListenerEndpoint(a.name, a.security_protocol, a.host,
+                                      a.port or bound.get(a.name, 0))
+                     for a in listeners.advertised)
+        inter = next((e for e in ends if e.name == listeners.inter_broker), ends[0])
+        return cls(node_id, inter.host, inter.port, None, ends)
+
+    def on(self, listener: str | None) -> BrokerEndpoint | None:
+        """This broker as clients of ``listener`` reach it (None, or a broker
+        that lists no listeners: as brokers reach it); None if it does not
+        advertise ``listener``."""
+        if listener is None or not self.listeners:
+            return self
+        found = next((e for e in self.listeners if e.name == listener), None)
+        if found is None:
+            return None
+        return BrokerEndpoint(self.node_id, found.host, found.port, self.rack, self.listeners)
 
 
 @dataclass(slots=True)
@@ -76,11 +115,15 @@ class MetadataCache:
     def has_partition(self, tp: TopicPartition) -> bool:
         return tp in self._partitions
 
-    def brokers(self) -> list[BrokerEndpoint]:
-        return sorted(self._brokers.values(), key=lambda b: b.node_id)
+    def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
+        """Live brokers as clients of ``listener`` reach them (None: as brokers
+        do); brokers without that listener are left out."""
+        found = (b.on(listener) for b in sorted(self._brokers.values(), key=lambda b: b.node_id))
+        return [b for b in found if b is not None]
 
-    def broker(self, node_id: int) -> BrokerEndpoint | None:
-        return self._brokers.get(node_id)
+    def broker(self, node_id: int, listener: str | None = None) -> BrokerEndpoint | None:
+        b = self._brokers.get(node_id)
+        return b.on(listener) if b is not None else None
 
     # -- feeders ------------------------------------------------------------------
 

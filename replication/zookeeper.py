@@ -45,7 +45,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from replication.elections import LeaderAndIsr
-from replication.metadata_cache import BrokerEndpoint
+from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from storage.log.checkpoint import topic_id_from_str, topic_id_to_str
 
 log = structlog.get_logger(__name__)
@@ -81,6 +81,36 @@ def _json(data: dict[str, Any] | str) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
+def _url(e: ListenerEndpoint) -> str:
+    host = f"[{e.host}]" if ":" in e.host else e.host
+    return f"{e.name}://{host}:{e.port}"
+
+
+def _parse_broker(node: int, info: dict[str, Any], inter_broker: str) -> BrokerEndpoint | None:
+    """A /brokers/ids/<id> node as a BrokerEndpoint reached on ``inter_broker``
+    (a node without that listener, or unreadable: None, logged)."""
+    protocols = info.get("listener_security_protocol_map") or {}
+    ends = []
+    try:
+        for url in info.get("endpoints") or []:
+            name, _, rest = url.partition("://")
+            host, _, port = rest.rpartition(":")
+            ends.append(ListenerEndpoint(name, protocols.get(name, name), host.strip("[]"),
+                                         int(port)))
+        if not ends and info.get("host"):  # an old registration without endpoints
+            ends.append(ListenerEndpoint("PLAINTEXT", "PLAINTEXT", info["host"],
+                                         int(info["port"])))
+    except (ValueError, TypeError, AttributeError):
+        log.warning("unreadable broker registration", node_id=node, data=info)
+        return None
+    inter = next((e for e in ends if e.name == inter_broker), None)
+    if inter is None:
+        log.warning("broker registered without the inter-broker listener", node_id=node,
+                    listener=inter_broker, endpoints=[_url(e) for e in ends])
+        return None
+    return BrokerEndpoint(node, inter.host, inter.port, info.get("rack"), tuple(ends))
+
+
 def _split_chroot(connect: str) -> tuple[str, str]:
     servers, slash, chroot = connect.partition("/")
     return servers, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
@@ -89,6 +119,8 @@ def _split_chroot(connect: str) -> tuple[str, str]:
 class ZkClient:
     def __init__(self, client: KazooClient, servers: str, session_timeout_ms: int) -> None:
         self.client = client
+        # The listener other brokers are reached on (inter.broker.listener.name).
+        self.inter_broker_listener = "PLAINTEXT"
         self.servers = servers
         self.session_timeout_s = session_timeout_ms / 1000
         self._limiter = trio.CapacityLimiter(ZK_THREADS)
@@ -286,9 +318,13 @@ class ZkClient:
                 return str(json.loads(data)["id"])
         return str(await self._call(run))
 
-    async def register_broker(self, node_id: int, host: str, port: int,
+    async def register_broker(self, endpoint: BrokerEndpoint,
                               wait_s: float | None = None) -> int:
-        """Create /brokers/ids/<id>; returns the broker epoch (the znode's czxid).
+        """Create /brokers/ids/<id> with every advertised listener (Kafka's v5
+        layout: ``endpoints`` as NAME://host:port, their protocols in
+        ``listener_security_protocol_map``, ``host``/``port`` those of a
+        listener named PLAINTEXT or null/-1); returns the broker epoch (the
+        znode's czxid).
 
         A node left by this broker's previous, crashed incarnation (same
         endpoint: this process now holds that listener, so the old one is gone)
@@ -301,11 +337,15 @@ class ZkClient:
         Raises:
             ZkConfigError: another live broker holds the id.
         """
+        node_id = endpoint.node_id
         path = f"/brokers/ids/{node_id}"
-        data = _json({"listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-                      "endpoints": [f"PLAINTEXT://{host}:{port}"], "jmx_port": -1,
-                      "features": {}, "host": host, "timestamp": str(int(time.time() * 1000)),
-                      "port": port, "version": 5})
+        plain = next((e for e in endpoint.listeners if e.name == "PLAINTEXT"), None)
+        data = _json({"listener_security_protocol_map": {e.name: e.security_protocol
+                                                          for e in endpoint.listeners},
+                      "endpoints": [_url(e) for e in endpoint.listeners], "jmx_port": -1,
+                      "features": {}, "host": plain.host if plain else None,
+                      "timestamp": str(int(time.time() * 1000)),
+                      "port": plain.port if plain else -1, "version": 5})
         wait = wait_s if wait_s is not None else self.session_timeout_s * 2 + 2
         deadline = trio.current_time() + wait
         while True:
@@ -316,7 +356,7 @@ class ZkClient:
                 stat = await self._call(self.client.exists, path)
                 if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
                     break
-                if stat is not None and await self._stale_self(path, host, port):
+                if stat is not None and await self._stale_self(path, endpoint):
                     try:
                         await self._call(self.client.delete, path, stat.version)
                         log.info("removed the registration of this broker's previous "
@@ -332,14 +372,16 @@ class ZkClient:
         stat = await self._call(self.client.exists, path)
         return int(stat.czxid) if stat is not None else -1
 
-    async def _stale_self(self, path: str, host: str, port: int) -> bool:
-        """Whether the broker node at ``path`` names our own endpoint."""
+    async def _stale_self(self, path: str, endpoint: BrokerEndpoint) -> bool:
+        """Whether the broker node at ``path`` names our own inter-broker endpoint."""
         try:
             data, _ = await self._call(self.client.get, path)
         except NoNodeError:
             return False
         try:
-            return f"PLAINTEXT://{host}:{port}" in json.loads(data).get("endpoints", [])
+            ours = {_url(e) for e in endpoint.listeners if e.port == endpoint.port
+                    and e.host == endpoint.host}
+            return bool(ours & set(json.loads(data).get("endpoints", [])))
         except (ValueError, AttributeError):
             return False
 
@@ -351,12 +393,10 @@ class ZkClient:
                     data, stat = self.client.get(f"/brokers/ids/{child}")
                 except NoNodeError:
                     continue
-                info = json.loads(data)
                 node = int(child)
-                out.append(RegisteredBroker(node, BrokerEndpoint(node, info["host"],
-                                                                 int(info["port"]),
-                                                                 info.get("rack")),
-                                            int(stat.czxid)))
+                endpoint = _parse_broker(node, json.loads(data), self.inter_broker_listener)
+                if endpoint is not None:
+                    out.append(RegisteredBroker(node, endpoint, int(stat.czxid)))
             return sorted(out, key=lambda b: b.node_id)
         return list(await self._call(run))
 

@@ -49,7 +49,8 @@ METRICS_MD = ROOT / "docs" / "metrics.md"
 # TopicBasedRemoteLogMetadataManager / LocalTieredStorage plugins) has under the
 # same name.
 KAFKA_KEYS = frozenset("""
-node.id broker.id listeners advertised.listeners log.dirs log.dir num.partitions
+node.id broker.id listeners advertised.listeners listener.security.protocol.map
+inter.broker.listener.name security.inter.broker.protocol log.dirs log.dir num.partitions
 default.replication.factor auto.create.topics.enable delete.topic.enable message.max.bytes
 socket.request.max.bytes log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
 log.roll.jitter.hours log.index.size.max.bytes log.index.interval.bytes

@@ -77,9 +77,13 @@ class TierdProc(TierdBroker):
     """
 
     def __init__(
-        self, workdir: Path, overrides: Mapping[str, str] | None = None, name: str = "tierd"
+        self, workdir: Path, overrides: Mapping[str, str] | None = None, name: str = "tierd",
+        port: int | None = None,
     ) -> None:
-        super().__init__(workdir, name=name)
+        if port is None:
+            super().__init__(workdir, name=name)
+        else:
+            super().__init__(workdir, port, name=name)
         self.overrides = {"tierd.metrics.port": "0", **dict(overrides or {})}
         self._metrics_url = ""
 
@@ -132,12 +136,15 @@ def start_tierd(
     overrides: Mapping[str, str] | None = None,
     *,
     name: str = "tierd",
+    port: int | None = None,
 ) -> TierdProc:
     """Start a private tierd, stopped (SIGTERM, then SIGKILL) when `request` ends.
 
     The broker joins conftest's registry, so a failing test shows its log.
+    ``port``: its PLAINTEXT port (`bootstrap`), when ``overrides`` set
+    ``listeners`` themselves and must name it.
     """
-    broker = TierdProc(workdir, overrides, name=name)
+    broker = TierdProc(workdir, overrides, name=name, port=port)
     _register(request, broker)
     request.addfinalizer(broker.close)
     broker.start()

@@ -328,7 +328,9 @@ class TierdBroker(BrokerProcess):
             "--config",
             str(self.config_path),
             "--override",
-            f"listeners=PLAINTEXT://{self.host}:{self.port}",
+            # A test that sets listeners itself keeps a PLAINTEXT one on
+            # host:port (the readiness probe and `bootstrap` use it).
+            f"listeners={self.config.get('listeners') or f'PLAINTEXT://{self.host}:{self.port}'}",
             "--override",
             f"log.dirs={self.data_dir}",
         ]

@@ -13,7 +13,7 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, current_listener
 from protocol.api import RequestHeader
 
 
@@ -23,7 +23,7 @@ async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader, req
                 cluster_id=ctx.cluster_id, controller_id=ctx.metadata.controller_id,
                 brokers=[resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
                                                     port=b.port, rack=b.rack)
-                         for b in ctx.metadata.brokers()],
+                         for b in ctx.metadata.brokers(current_listener())],
                 authorized_operations=None)
 
 

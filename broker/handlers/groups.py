@@ -33,7 +33,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from broker.context import BrokerContext, client_host
+from broker.context import BrokerContext, client_host, current_listener
 from broker.coordinator import GroupCoordinator, admin
 from broker.coordinator.group import JoinRequest
 from protocol.api import RequestHeader
@@ -119,7 +119,8 @@ async def _find(ctx: BrokerContext, key_type: int, key: str
         info = ctx.metadata.topic(topic)
     state = (ctx.metadata.partition((topic, partition_for(key, info.partitions)))
              if info is not None else None)
-    node = ctx.metadata.broker(state.leader) if state is not None else None
+    node = (ctx.metadata.broker(state.leader, current_listener()) if state is not None
+            else None)
     if node is None:
         return (_error(ctx, "FindCoordinator", ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 "coordinator not available", None)

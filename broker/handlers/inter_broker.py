@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import BrokerContext
+from config.listeners import PROTOCOL_NAMES
 from protocol import broker_apis as ib
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from replication.cluster import PartitionUpdate
-from replication.metadata_cache import BrokerEndpoint, PartitionState
-
-PLAINTEXT_LISTENER = "PLAINTEXT"
+from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint, PartitionState
 
 
 def _error(ctx: BrokerContext, api: str, code: ErrorCode) -> ErrorCode:
@@ -53,12 +52,15 @@ async def handle_update_metadata(ctx: BrokerContext, header: RequestHeader, req:
     resp = ib.UpdateMetadataResponse[header.api_version]
     if ctx.cluster is None:
         return resp(error_code=_error(ctx, "UpdateMetadata", ErrorCode.STALE_CONTROLLER_EPOCH))
+    inter_broker = ctx.config.listeners.inter_broker
     brokers = []
     for b in req.live_brokers:
-        endpoint = next((e for e in b.endpoints if e.listener == PLAINTEXT_LISTENER),
-                        b.endpoints[0] if b.endpoints else None)
-        if endpoint is not None:
-            brokers.append(BrokerEndpoint(b.id, endpoint.host, endpoint.port, b.rack))
+        ends = tuple(ListenerEndpoint(e.listener, PROTOCOL_NAMES.get(e.security_protocol,
+                                                                     "PLAINTEXT"),
+                                      e.host, e.port) for e in b.endpoints)
+        inter = next((e for e in ends if e.name == inter_broker), None)
+        if inter is not None:
+            brokers.append(BrokerEndpoint(b.id, inter.host, inter.port, b.rack, ends))
     partitions = [(t.topic_name, t.topic_id, p.partition_index, PartitionState(
         p.leader, p.leader_epoch, list(p.replicas), list(p.isr), list(p.offline_replicas),
         p.zk_version)) for t in req.topic_states for p in t.partition_states]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.context import current_listener
 from protocol.errors import ErrorCode
 from replication.metadata_cache import NO_LEADER, BrokerEndpoint, MetadataCache, TopicPartition
 
@@ -48,7 +49,7 @@ class LeaderHints:
         state = self.metadata.partition(tp)
         leader, epoch = ((state.leader, state.leader_epoch) if state is not None
                          else (NO_LEADER, UNKNOWN_EPOCH))
-        endpoint = self.metadata.broker(leader)
+        endpoint = self.metadata.broker(leader, current_listener())
         if endpoint is not None:
             self.endpoints[endpoint.node_id] = endpoint
         return leader_cls(leader_id=leader, leader_epoch=epoch)

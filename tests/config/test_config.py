@@ -60,7 +60,10 @@ def test_defaults():
     assert cfg["log.roll.ms"] == 168 * 3_600_000
     assert cfg["log.cleanup.policy"] == ["delete"]
     assert cfg.explicit == set()
-    assert cfg.listener == ("127.0.0.1", 9092)
+    [listener] = cfg.listeners.bind
+    assert (listener.name, listener.security_protocol, listener.host, listener.port) == (
+        "PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)
+    assert cfg.listeners.inter_broker == "PLAINTEXT"
     assert cfg.log_dir == "./data"
 
 
@@ -139,12 +142,15 @@ def test_valid_typed_values():
     cfg = BrokerConfig.load(None, [
         "auto.create.topics.enable=FALSE", "log.cleanup.policy=compact, delete",
         "listeners=PLAINTEXT://0.0.0.0:9093,CTRL://[::1]:9094",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CTRL:SSL",
         "advertised.listeners=PLAINTEXT://kafka.example:19093", "log.dirs=/x,/y",
     ], env={})
     assert cfg["auto.create.topics.enable"] is False
     assert cfg["log.cleanup.policy"] == ["compact", "delete"]
-    assert cfg.listener == ("0.0.0.0", 9093)
-    assert cfg.advertised == ("kafka.example", 19093)
+    assert [(b.name, b.security_protocol, b.host, b.port) for b in cfg.listeners.bind] == [
+        ("PLAINTEXT", "PLAINTEXT", "0.0.0.0", 9093), ("CTRL", "SSL", "::1", 9094)]
+    assert [(a.name, a.host, a.port) for a in cfg.listeners.advertised] == [
+        ("PLAINTEXT", "kafka.example", 19093)]
     assert cfg.log_dir == "/x"
 
 
