@@ -22,6 +22,9 @@ from broker import loop_monitor
 from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
+from broker.security import build_listener_security
+from broker.security.client import build_peer_connector
+from broker.security.scram import LocalCredentialStore, ZkCredentialStore
 from broker.server import serve
 from broker.tiering import build_tiering
 from broker.transactions import TransactionCoordinator
@@ -30,6 +33,7 @@ from config import BrokerConfig
 from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
 from replication.metadata_cache import BrokerEndpoint
+from replication.peer import Peer
 from replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger(__name__)
@@ -94,6 +98,11 @@ async def run(config: BrokerConfig) -> None:
     if metrics_port >= 0:
         bound = ctx.metrics.serve(config["tierd.metrics.host"], metrics_port)
         metrics_url = f"http://{config['tierd.metrics.host']}:{bound}/metrics"
+    ctx.credentials = (ZkCredentialStore(ctx.cluster.zk) if ctx.cluster is not None
+                       else LocalCredentialStore(config.log_dir))
+    securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials)
+                  for listener in config.listeners.bind]
+    Peer.connector = build_peer_connector(config) if config["zookeeper.connect"] else None
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
@@ -105,12 +114,10 @@ async def run(config: BrokerConfig) -> None:
             if ctx.transactions is not None:
                 await nursery.start(ctx.transactions.run)
             ports: dict[str, int] = {}
-            for listener in config.listeners.bind:
-                if listener.security_protocol != "PLAINTEXT":
-                    raise ListenError(f"{listener.url()}: security protocol "
-                                      f"{listener.security_protocol} is not supported yet")
+            for security in securities:
+                listener = security.listener
                 try:
-                    sockets = await nursery.start(serve, ctx, listener)
+                    sockets = await nursery.start(serve, ctx, security)
                 except OSError as exc:
                     raise ListenError(f"cannot listen on {listener.url()}: "
                                       f"{exc.strerror}") from None

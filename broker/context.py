@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
+from broker.security.scram import CredentialStore
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
 from replication.cluster import ClusterNode
@@ -30,6 +31,8 @@ class BrokerContext:
     transactions: TransactionCoordinator | None = None
     # Cluster mode (zookeeper.connect set); None on a single node.
     cluster: ClusterNode | None = None
+    # SCRAM credentials (ZooKeeper in cluster mode, the log dir on a single node).
+    credentials: CredentialStore | None = None
 
     @property
     def cluster_id(self) -> str:

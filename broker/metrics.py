@@ -41,6 +41,21 @@ class BrokerMetrics:
             registry=r)
         self.connections = Gauge("tierd_open_connections", "Open client connections", registry=r)
         self.connections_total = Counter("tierd_connections", "Accepted connections", registry=r)
+        # Kafka's successful-/failed-authentication-total, per listener and
+        # mechanism (TLS for the handshake and client certificate).
+        self.authentications = Counter(
+            "tierd_successful_authentication", "Connections authenticated",
+            ["listener", "mechanism"], registry=r)
+        self.failed_authentications = Counter(
+            "tierd_failed_authentication", "Failed TLS handshakes and SASL authentications",
+            ["listener", "mechanism", "reason"], registry=r)
+        self.setup_timeouts = Counter(
+            "tierd_connection_setup_timeouts",
+            "Connections closed for not finishing TLS and SASL in tierd.connection.setup.timeout.ms",
+            ["listener"], registry=r)
+        self.tls_reload_errors = Counter(
+            "tierd_tls_reload_errors", "Changed TLS key files that could not be loaded",
+            ["listener"], registry=r)
 
     def add_log_sizes(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
         """Export per-partition log sizes, computed at scrape time."""

@@ -15,7 +15,11 @@ the connection too; the broker keeps serving everyone else.
 
 from __future__ import annotations
 
+import math
+import ssl
+import struct
 import time
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -24,7 +28,11 @@ import trio
 from broker import zero_copy
 from broker.context import BrokerContext, Session, client_host, session
 from broker.handlers import HANDLERS
-from config.listeners import Listener
+from broker.security import ListenerSecurity
+from broker.security.sasl import SaslAuthenticator, SaslFailure
+from broker.security.scram import AuthenticationFailed
+from broker.security.tls import ANONYMOUS, ServerTls, principal_of
+from config.security import SASL_MECHANISMS
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
@@ -37,15 +45,24 @@ log = structlog.get_logger(__name__)
 RECEIVE_BYTES = 256 * 1024
 
 
+# Failure reasons counted as themselves; any other is "invalid_credentials"
+# (messages may carry user input and must not become label values).
+_BOUNDED_REASONS = frozenset({"unsupported mechanism", "second SaslHandshake"})
+
+
 class CloseConnection(Exception):
     """Stop serving this connection (after logging why)."""
 
 
 class Connection:
     def __init__(self, ctx: BrokerContext, stream: trio.SocketStream,
-                 listener: Listener | None = None) -> None:
+                 security: ListenerSecurity | None = None) -> None:
         self.ctx = ctx
-        self.stream = stream
+        self.socket_stream = stream
+        self.stream: trio.abc.Stream = stream
+        self.security = security
+        listener = security.listener if security is not None else None
+        self.listener = listener.name if listener is not None else "-"
         self.session = (Session(listener.name, listener.security_protocol)
                         if listener is not None else Session())
         self.decoder = FrameDecoder(ctx.config["socket.request.max.bytes"])
@@ -54,15 +71,34 @@ class Connection:
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
+        # Until TLS and SASL are done, the connection lives under this deadline.
+        self.setup_scope = trio.CancelScope()
+        self.sasl = (SaslAuthenticator(security.sasl)
+                     if security is not None and security.sasl is not None else None)
+        # Set by a failed authentication: answer, then close.
+        self.close_after_send = False
 
     async def serve(self) -> None:
         client_host.set("/" + self.peer.rpartition(":")[0])
-        session.set(self.session)
         metrics = self.ctx.metrics
         metrics.connections.inc()
         metrics.connections_total.inc()
         try:
-            await self._loop()
+            with self.setup_scope:
+                if self.security is not None:
+                    self.setup_scope.deadline = (trio.current_time()
+                                                 + self.security.setup_timeout_s)
+                    if self.security.tls is not None:
+                        await self._tls_handshake(self.security.tls)
+                if self.sasl is None:
+                    self._setup_done()
+                session.set(self.session)
+                await self._loop()
+            if self.setup_scope.cancelled_caught:
+                log.warning("closing connection", peer=self.peer, listener=self.listener,
+                            reason="setup_timeout",
+                            detail="TLS handshake or authentication not finished in time")
+                metrics.setup_timeouts.labels(self.listener).inc()
         except CloseConnection:
             pass
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
@@ -77,6 +113,27 @@ class Connection:
             with trio.move_on_after(1) as scope:
                 scope.shield = True
                 await self.stream.aclose()
+
+    def _setup_done(self) -> None:
+        """TLS and authentication are finished: no setup deadline any more."""
+        self.setup_scope.deadline = math.inf
+
+    async def _tls_handshake(self, tls: ServerTls) -> None:
+        stream = trio.SSLStream(self.socket_stream, tls.context(), server_side=True)
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            reason = _tls_reason(exc.__cause__)
+            log.warning("TLS handshake failed", peer=self.peer, listener=self.listener,
+                        reason=reason)
+            self.ctx.metrics.failed_authentications.labels(self.listener, "TLS", reason).inc()
+            raise CloseConnection("tls_handshake") from None
+        self.stream = stream
+        principal = principal_of(stream)
+        self.session = replace(self.session, principal=principal)
+        if principal != ANONYMOUS:
+            self.ctx.metrics.authentications.labels(self.listener, "TLS").inc()
+            log.debug("TLS client authenticated", peer=self.peer, principal=principal)
 
     async def _loop(self) -> None:
         while True:
@@ -98,6 +155,8 @@ class Connection:
                         out.extend(response)
                     elif response is not None:
                         out.append(response)
+                    if self.close_after_send:
+                        break
             except CloseConnection:
                 # Requests before the bad one were handled (a produce may be
                 # appended): answer them before closing, as Kafka does.
@@ -110,6 +169,8 @@ class Connection:
                 raise
             if out:
                 await self._send(out)
+            if self.close_after_send:
+                raise CloseConnection("authentication_failed")
 
     async def _send(self, parts: list[zero_copy.Part]) -> None:
         try:
@@ -125,6 +186,92 @@ class Connection:
         raise CloseConnection(reason)
 
     async def _handle(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
+        if self.sasl is not None and not self.sasl.complete:
+            return await self._authenticate(frame, self.sasl)
+        return await self._handle_request(frame)
+
+    # -- SASL ------------------------------------------------------------------------
+
+    async def _authenticate(self, frame: bytes, sasl: SaslAuthenticator
+                            ) -> bytes | list[zero_copy.Part] | None:
+        """A frame of a connection that has not authenticated yet (see
+        ``broker.security.sasl`` for what is allowed)."""
+        if sasl.raw_tokens:
+            try:
+                answer = await sasl.exchange(frame)
+            except AuthenticationFailed as exc:
+                # SaslHandshake v0 has no way to carry an error: close.
+                await self._auth_failed(sasl, str(exc))
+                raise CloseConnection("authentication_failed") from None
+            if sasl.complete:
+                self._authenticated(sasl)
+            return struct.pack(">i", len(answer)) + answer
+        try:
+            header = api.parse_header(frame)
+        except api.UnsupportedVersion as exc:
+            return self._unsupported(exc.header)
+        except api.InvalidRequest as exc:
+            self._reject("invalid_request", str(exc))
+        key, version = header.api_key, header.api_version
+        if key == api.API_VERSIONS_KEY:
+            return await self._handle_request(frame)
+        allowed = ((key == api.SASL_HANDSHAKE_KEY and not sasl.handshaken)
+                   or (key == api.SASL_AUTHENTICATE_KEY and sasl.handshaken))
+        if not allowed:
+            self._reject("sasl_state", "unexpected Kafka request during SASL authentication",
+                         api_key=key, api_version=version, listener=self.listener)
+        try:
+            request = api.decode_body(header, frame)
+        except api.InvalidRequest as exc:
+            self._reject("invalid_request", str(exc), api_key=key, api_version=version)
+        spec = api.SUPPORTED[key]
+        self.ctx.metrics.requests.labels(spec.name, str(version)).inc()
+        if key == api.SASL_HANDSHAKE_KEY:
+            try:
+                response = sasl.handshake(version, request, spec.response[version])
+            except SaslFailure as failure:
+                self.ctx.metrics.error(spec.name, failure.response.error_code)
+                await self._auth_failed(sasl, failure.reason, failure.mechanism)
+                self.close_after_send = True
+                response = failure.response
+            return api.encode_response(header, response)
+        resp_cls = spec.response[version]
+        try:
+            token = await sasl.exchange(request.auth_bytes or b"")
+        except AuthenticationFailed as exc:
+            self.ctx.metrics.error(spec.name, ErrorCode.SASL_AUTHENTICATION_FAILED)
+            await self._auth_failed(sasl, str(exc))
+            self.close_after_send = True
+            return api.encode_response(header, resp_cls(
+                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(exc),
+                auth_bytes=b"", session_lifetime_ms=0))
+        if sasl.complete:
+            self._authenticated(sasl)
+        return api.encode_response(header, resp_cls(error_code=0, error_message=None,
+                                                    auth_bytes=token, session_lifetime_ms=0))
+
+    async def _auth_failed(self, sasl: SaslAuthenticator, reason: str,
+                           mechanism: str | None = None) -> None:
+        """Log and count a failed authentication, then wait Kafka's delay."""
+        mechanism = mechanism or sasl.mechanism or "-"
+        log.warning("authentication failed", peer=self.peer, listener=self.listener,
+                    mechanism=mechanism, user=sasl.user, reason=reason)
+        label = reason if reason in _BOUNDED_REASONS else "invalid_credentials"
+        self.ctx.metrics.failed_authentications.labels(
+            self.listener, mechanism if mechanism in SASL_MECHANISMS else "-", label).inc()
+        assert self.security is not None
+        await trio.sleep(self.security.failed_auth_delay_s)
+
+    def _authenticated(self, sasl: SaslAuthenticator) -> None:
+        assert sasl.principal is not None and sasl.mechanism is not None
+        self.session = replace(self.session, principal=sasl.principal)
+        session.set(self.session)
+        self._setup_done()
+        self.ctx.metrics.authentications.labels(self.listener, sasl.mechanism).inc()
+        log.debug("client authenticated", peer=self.peer, listener=self.listener,
+                  mechanism=sasl.mechanism, principal=sasl.principal)
+
+    async def _handle_request(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
         try:
             header = api.parse_header(frame)
         except api.UnsupportedVersion as exc:
@@ -170,12 +317,24 @@ class Connection:
         raise AssertionError("unreachable")
 
 
-async def serve(ctx: BrokerContext, listener: Listener,
+def _tls_reason(exc: BaseException | None) -> str:
+    """A short, bounded label for a failed handshake (never secret material)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "certificate_" + {10: "expired", 18: "self_signed", 19: "self_signed_in_chain",
+                                 20: "untrusted_issuer"}.get(exc.verify_code, "rejected")
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or "ssl_error").lower()
+        return reason if reason.replace("_", "").isalnum() and len(reason) < 60 else "ssl_error"
+    return "connection_lost"
+
+
+async def serve(ctx: BrokerContext, security: ListenerSecurity,
                 task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
                 ) -> None:
-    """Accept connections on ``listener`` until cancelled."""
+    """Accept connections on one listener until cancelled."""
 
     async def handler(stream: trio.SocketStream) -> None:
-        await Connection(ctx, stream, listener).serve()
+        await Connection(ctx, stream, security).serve()
 
+    listener = security.listener
     await trio.serve_tcp(handler, listener.port, host=listener.host, task_status=task_status)

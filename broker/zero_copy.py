@@ -8,6 +8,9 @@ the encoded frame. The connection turns it into wire
 parts, byte strings and slices, and sends the slices with ``os.sendfile``
 from the segment file to the socket, waiting for writability with trio.
 
+On a TLS connection there is no sendfile: the slices are read with pread
+and encrypted like any other bytes (sendfile would put plaintext on the wire).
+
 Error handling: a slice whose file ended early (truncated after the read)
 cannot be sent without breaking the frame, so ``send_parts`` raises
 ``ShortFileSlice`` and the connection is closed; the client reconnects and
@@ -64,9 +67,11 @@ def close_parts(parts: Any) -> None:
             part.close()
 
 
-async def send_parts(stream: trio.SocketStream, parts: Sequence[Part]) -> int:
+async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> int:
     """Send byte strings (consecutive ones joined) and file slices, in order;
-    every slice is closed afterwards, sent or not.
+    every slice is closed afterwards, sent or not. Slices go with sendfile on a
+    plain socket; on any other stream (TLS encrypts in user space) they are
+    read with pread and sent as bytes.
 
     Returns:
         The bytes sent with sendfile.
@@ -88,8 +93,11 @@ async def send_parts(stream: trio.SocketStream, parts: Sequence[Part]) -> int:
             if isinstance(part, bytes):
                 await stream.send_all(part)
                 continue
-            await _sendfile(stream, part)
-            from_files += part.length
+            if isinstance(stream, trio.SocketStream):
+                await _sendfile(stream, part)
+                from_files += part.length
+            else:
+                await stream.send_all(part.read())
         if pending:
             await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
     finally:

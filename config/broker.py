@@ -20,6 +20,7 @@ from config.defs import LONG_MAX, ConfigDef, ConfigError
 from config.defs import ConfigType as T
 from config.listeners import DEFAULT_PROTOCOL_MAP, PROTOCOLS, Listeners, resolve
 from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
+from config.security import DEFS as SECURITY_DEFS
 
 log = structlog.get_logger(__name__)
 
@@ -206,7 +207,8 @@ _DEFS: list[ConfigDef] = [
               choices=("debug", "info", "warning", "error")),
 ]
 
-DEFS: dict[str, ConfigDef] = {d.name: d for d in [*_DEFS, *REMOTE_BROKER_DEFS]}
+DEFS: dict[str, ConfigDef] = {d.name: d for d in [*_DEFS, *REMOTE_BROKER_DEFS,
+                                                  *SECURITY_DEFS]}
 
 # Keys of Apache Kafka that tierd accepts without a warning and does not use
 # (thread pools and socket buffers that have no meaning on trio).
@@ -271,6 +273,12 @@ class BrokerConfig:
         explicit: set[str] = set()
         for key, text in raw.items():
             d = DEFS.get(key)
+            if d is None and key.startswith("listener.name."):
+                # listener.name.<listener>.<key>: typed and checked as <key>.
+                scoped = DEFS.get(key.split(".", 3)[-1]) if key.count(".") >= 3 else None
+                values[key] = scoped.parse(text) if scoped is not None else text
+                explicit.add(key)
+                continue
             if d is None:
                 if key not in IGNORED_KAFKA_KEYS and not key.startswith(
                         ("rsm.config.", "rlmm.config.", "listener.name.")):
@@ -289,12 +297,9 @@ class BrokerConfig:
 
     def for_listener(self, listener: str, key: str) -> Any:
         """``key`` for one listener: ``listener.name.<listener>.<key>`` if set
-        (as text, typed by ``key``'s definition), else ``key``."""
-        raw = self.values.get(f"listener.name.{listener.lower()}.{key}")
-        if raw is None:
-            return self.values.get(key)
-        d = DEFS.get(key)
-        return d.parse(raw) if d is not None and isinstance(raw, str) else raw
+        (typed and checked at load as ``key``), else ``key``."""
+        scoped = f"listener.name.{listener.lower()}.{key}"
+        return self.values[scoped] if scoped in self.values else self.values.get(key)
 
 
 def _derive(values: dict[str, Any]) -> None:

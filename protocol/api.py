@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from protocol import broker_apis, tierd_apis
 
@@ -90,12 +90,21 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(producer.WriteTxnMarkersRequest, producer.WriteTxnMarkersResponse, 1, 1),
         # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
         *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
+        # Security (broker/security, broker/handlers/security.py).
+        _spec(sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse, 0, 1),
+        _spec(sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
+        _spec(admin.DescribeUserScramCredentialsRequest,
+              admin.DescribeUserScramCredentialsResponse, 0, 0),
+        _spec(admin.AlterUserScramCredentialsRequest,
+              admin.AlterUserScramCredentialsResponse, 0, 0),
         # tierd's own: where each partition's data lives (broker/handlers/tiering.py).
         _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 1),
     )
 }
 
 API_VERSIONS_KEY = metadata.ApiVersionsRequest.API_KEY
+SASL_HANDSHAKE_KEY = sasl.SaslHandshakeRequest.API_KEY
+SASL_AUTHENTICATE_KEY = sasl.SaslAuthenticateRequest.API_KEY
 
 
 class InvalidRequest(Exception):

@@ -19,7 +19,8 @@ connection (PeerError) before its body is buffered.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
 
 import structlog
 import trio
@@ -40,6 +41,11 @@ class PeerError(Exception):
 
 
 class Peer:
+    # How connections to other brokers are secured (the inter-broker
+    # listener's TLS and SASL): set once at start; None is plain TCP.
+    connector: ClassVar[Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None] \
+        = None
+
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
                  connect_timeout_ms: int = 10_000, request_timeout_ms: int = 30_000,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
@@ -50,7 +56,7 @@ class Peer:
         self.connect_timeout = connect_timeout_ms / 1000
         self.request_timeout = request_timeout_ms / 1000
         self._max_response = max_response_bytes
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.abc.Stream | None = None
         self._decoder = FrameDecoder(max_response_bytes)
         self._correlation = itertools.count(1)
         self._lock = trio.Lock()
@@ -85,14 +91,20 @@ class Peer:
                 raise PeerError(f"{self}: correlation id {got}, expected {correlation_id}")
             return response
 
-    async def _connect(self) -> trio.SocketStream:
+    async def _connect(self) -> trio.abc.Stream:
         if self._stream is None:
             with trio.fail_after(self.connect_timeout):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
+                tcp = await trio.open_tcp_stream(self.host, self.port)
+                try:
+                    self._stream = (tcp if Peer.connector is None
+                                    else await Peer.connector(tcp, self.host))
+                except BaseException:
+                    await tcp.aclose()
+                    raise
             self._decoder = FrameDecoder(self._max_response)
         return self._stream
 
-    async def _next_frame(self, stream: trio.SocketStream) -> bytes:
+    async def _next_frame(self, stream: trio.abc.Stream) -> bytes:
         while True:
             frame = self._decoder.next_frame()
             if frame is not None:

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 import structlog
 import trio
@@ -109,6 +110,11 @@ def _parse_broker(node: int, info: dict[str, Any], inter_broker: str) -> BrokerE
                     listener=inter_broker, endpoints=[_url(e) for e in ends])
         return None
     return BrokerEndpoint(node, inter.host, inter.port, info.get("rack"), tuple(ends))
+
+
+def _user_node(user: str) -> str:
+    """A user name as a znode name (Kafka URL-encodes it: '/' cannot appear)."""
+    return quote(user, safe="")
 
 
 def _split_chroot(connect: str) -> tuple[str, str]:
@@ -514,6 +520,41 @@ class ZkClient:
             except NodeExistsError:
                 self.client.set(f"/config/topics/{topic}", data)
         await self._call(run)
+
+    # -- users (SCRAM credentials, Kafka's /config/users/<name>) --------------------
+
+    async def get_user_config(self, user: str) -> dict[str, str]:
+        try:
+            data, _ = await self._call(self.client.get, f"/config/users/{_user_node(user)}")
+        except NoNodeError:
+            return {}
+        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+    async def set_user_config(self, user: str, configs: dict[str, str]) -> None:
+        """Write (or, with no configs left, delete) a user's config node."""
+        path = f"/config/users/{_user_node(user)}"
+        data = _json({"version": 1, "config": dict(configs)})
+
+        def run() -> None:
+            if not configs:
+                try:
+                    self.client.delete(path)
+                except NoNodeError:
+                    pass
+                return
+            self.client.ensure_path("/config/users")
+            try:
+                self.client.create(path, data)
+            except NodeExistsError:
+                self.client.set(path, data)
+        await self._call(run)
+
+    async def get_users(self) -> list[str]:
+        try:
+            children = await self._call(self.client.get_children, "/config/users")
+        except NoNodeError:
+            return []
+        return sorted(unquote(c) for c in children)
 
     async def notify_topic_config_change(self, topic: str) -> None:
         await self._call(self.client.create, "/config/changes/config_change_",

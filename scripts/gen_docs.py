@@ -50,7 +50,13 @@ METRICS_MD = ROOT / "docs" / "metrics.md"
 # same name.
 KAFKA_KEYS = frozenset("""
 node.id broker.id listeners advertised.listeners listener.security.protocol.map
-inter.broker.listener.name security.inter.broker.protocol log.dirs log.dir num.partitions
+inter.broker.listener.name security.inter.broker.protocol ssl.keystore.type
+ssl.keystore.location ssl.keystore.password ssl.key.password ssl.keystore.key
+ssl.keystore.certificate.chain ssl.truststore.type ssl.truststore.location
+ssl.truststore.password ssl.truststore.certificates ssl.client.auth ssl.enabled.protocols
+ssl.protocol ssl.cipher.suites ssl.endpoint.identification.algorithm
+ssl.principal.mapping.rules sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
+sasl.jaas.config connection.failed.authentication.delay.ms log.dirs log.dir num.partitions
 default.replication.factor auto.create.topics.enable delete.topic.enable message.max.bytes
 socket.request.max.bytes log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
 log.roll.jitter.hours log.index.size.max.bytes log.index.interval.bytes

@@ -27,6 +27,7 @@ from broker.handlers import (
     offsets,
     produce,
     reassignments,
+    security,
     tiering,
     transactions,
 )
@@ -37,5 +38,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions, inter_broker, reassignments, tiering):
+                transactions, inter_broker, reassignments, tiering, security):
     HANDLERS.update(_module.HANDLERS)

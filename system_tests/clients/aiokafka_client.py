@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import ConsumerRecord
 
 from system_tests.clients.base import (
     CONSUME_TIMEOUT_S,
     LINGER_MS,
     PRODUCE_TIMEOUT_S,
+    ClientSecurity,
     ConsumeTimeout,
     ProduceFailed,
     acked_offset,
@@ -39,12 +42,15 @@ class AiokafkaDriver:
         *,
         compression: str = "none",
         acks: str = "all",
+        security: ClientSecurity | None = None,
     ) -> list[Delivery]:
         """Send all messages and await every delivery."""
         check_codec(compression)
         check_acks(acks)
         return asyncio.run(
-            asyncio.wait_for(_produce(bootstrap, topic, messages, compression, acks), PRODUCE_TIMEOUT_S)
+            asyncio.wait_for(
+                _produce(bootstrap, topic, messages, compression, acks, security), PRODUCE_TIMEOUT_S
+            )
         )
 
     def consume(
@@ -54,13 +60,36 @@ class AiokafkaDriver:
         starts: Mapping[int, int],
         *,
         timeout_s: float = CONSUME_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> list[Record]:
         """assign(), seek(), getmany() until every position reaches its end offset."""
-        return asyncio.run(_consume(bootstrap, topic, starts, timeout_s))
+        return asyncio.run(_consume(bootstrap, topic, starts, timeout_s, security))
+
+
+def security_options(security: ClientSecurity | None) -> dict[str, Any]:
+    """AIOKafkaProducer/AIOKafkaConsumer keyword arguments for `security` (empty for None)."""
+    if security is None:
+        return {}
+    options: dict[str, Any] = {"security_protocol": security.protocol}
+    if security.tls:
+        # create_ssl_context: verifies the chain and the host name (check_hostname).
+        options["ssl_context"] = create_ssl_context(
+            cafile=security.ca_file, certfile=security.cert_file, keyfile=security.key_file
+        )
+    if security.sasl:
+        options["sasl_mechanism"] = security.mechanism
+        options["sasl_plain_username"] = security.username
+        options["sasl_plain_password"] = security.password
+    return options
 
 
 async def _produce(
-    bootstrap: str, topic: str, messages: Sequence[OutMessage], compression: str, acks: str
+    bootstrap: str,
+    topic: str,
+    messages: Sequence[OutMessage],
+    compression: str,
+    acks: str,
+    security: ClientSecurity | None,
 ) -> list[Delivery]:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
@@ -69,6 +98,7 @@ async def _produce(
         enable_idempotence=False,
         linger_ms=LINGER_MS,
         request_timeout_ms=15_000,
+        **security_options(security),
     )
     await producer.start()
     try:
@@ -100,12 +130,19 @@ async def _produce(
         await producer.stop()
 
 
-async def _consume(bootstrap: str, topic: str, starts: Mapping[int, int], timeout_s: float) -> list[Record]:
+async def _consume(
+    bootstrap: str,
+    topic: str,
+    starts: Mapping[int, int],
+    timeout_s: float,
+    security: ClientSecurity | None,
+) -> list[Record]:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **security_options(security),
     )
     await consumer.start()
     try:

@@ -12,11 +12,13 @@ from system_tests.clients.base import (
     CONSUME_TIMEOUT_S,
     LINGER_MS,
     PRODUCE_TIMEOUT_S,
+    ClientSecurity,
     ConsumeTimeout,
     ProduceFailed,
     acked_offset,
     check_acks,
     check_codec,
+    librdkafka_options,
 )
 from system_tests.messages import Delivery, MessageProfile, OutMessage, Record
 
@@ -47,6 +49,7 @@ class ConfluentDriver:
         *,
         compression: str = "none",
         acks: str = "all",
+        security: ClientSecurity | None = None,
     ) -> list[Delivery]:
         """produce() every message, flush(), and map delivery reports back in order."""
         check_codec(compression)
@@ -60,6 +63,7 @@ class ConfluentDriver:
                 "max.in.flight.requests.per.connection": 1,
                 "linger.ms": LINGER_MS,
                 "message.timeout.ms": int(PRODUCE_TIMEOUT_S * 1000),
+                **librdkafka_options(security),
             }
         )
         reports: dict[int, Message] = {}
@@ -86,6 +90,7 @@ class ConfluentDriver:
         starts: Mapping[int, int],
         *,
         timeout_s: float = CONSUME_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> list[Record]:
         """assign() at the start offsets and consume() up to the high watermarks."""
         consumer = Consumer(
@@ -95,6 +100,7 @@ class ConfluentDriver:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
+                **librdkafka_options(security),
             }
         )
         try:

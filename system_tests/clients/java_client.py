@@ -16,11 +16,13 @@ from system_tests import javatool
 from system_tests.clients.base import (
     CONSUME_TIMEOUT_S,
     PRODUCE_TIMEOUT_S,
+    ClientSecurity,
     ConsumeTimeout,
     ProduceFailed,
     acked_offset,
     check_acks,
     check_codec,
+    java_props,
 )
 from system_tests.messages import Delivery, MessageProfile, OutMessage, Record
 
@@ -43,6 +45,7 @@ class JavaDriver:
         *,
         compression: str = "none",
         acks: str = "all",
+        security: ClientSecurity | None = None,
     ) -> list[Delivery]:
         """Write messages to a TSV file and run `KafkaTool produce --input`."""
         check_codec(compression)
@@ -54,6 +57,7 @@ class JavaDriver:
                 "produce", "--bootstrap", bootstrap, "--topic", topic,
                 "--input", str(input_path), "--compression", compression,
                 "--acks", acks, "--report-offsets",
+                *prop_args(security),
             ]  # fmt: skip
             result = javatool.run(args, check=False, timeout_s=PRODUCE_TIMEOUT_S + JVM_SLACK_S)
         if result["_exit"] != javatool.EXIT_OK:
@@ -67,11 +71,13 @@ class JavaDriver:
         starts: Mapping[int, int],
         *,
         timeout_s: float = CONSUME_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> list[Record]:
         """Run `KafkaTool consume` with one --start P:O per partition."""
         args = [
             "consume", "--bootstrap", bootstrap, "--topic", topic,
             "--timeout-ms", str(int(timeout_s * 1000)),
+            *prop_args(security),
         ]  # fmt: skip
         for partition, offset in starts.items():
             args += ["--start", f"{partition}:{offset}"]
@@ -80,6 +86,11 @@ class JavaDriver:
         if result["_exit"] != javatool.EXIT_OK:
             raise ConsumeTimeout(f"java consume failed: {javatool.summary(result)}", records)
         return records
+
+
+def prop_args(security: ClientSecurity | None) -> list[str]:
+    """KafkaTool `--prop key=value` arguments for `security` (none for PLAINTEXT)."""
+    return [arg for prop in java_props(security) for arg in ("--prop", prop)]
 
 
 def _b64(data: bytes | None) -> str:

@@ -11,11 +11,13 @@ from system_tests.clients.base import (
     CONSUME_TIMEOUT_S,
     LINGER_MS,
     PRODUCE_TIMEOUT_S,
+    ClientSecurity,
     ConsumeTimeout,
     ProduceFailed,
     acked_offset,
     check_acks,
     check_codec,
+    kafka_python_options,
 )
 from system_tests.messages import Delivery, MessageProfile, OutMessage, Record
 
@@ -38,6 +40,7 @@ class KafkaPythonDriver:
         *,
         compression: str = "none",
         acks: str = "all",
+        security: ClientSecurity | None = None,
     ) -> list[Delivery]:
         """Send all messages, flush, and collect each future's metadata."""
         check_codec(compression)
@@ -51,6 +54,7 @@ class KafkaPythonDriver:
             max_in_flight_requests_per_connection=1,
             linger_ms=LINGER_MS,
             request_timeout_ms=15_000,
+            **kafka_python_options(security),
         )
         try:
             futures = [
@@ -84,6 +88,7 @@ class KafkaPythonDriver:
         starts: Mapping[int, int],
         *,
         timeout_s: float = CONSUME_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> list[Record]:
         """assign(), seek() each partition, poll until every position reaches its end offset."""
         consumer = KafkaConsumer(
@@ -91,6 +96,7 @@ class KafkaPythonDriver:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **kafka_python_options(security),
         )
         try:
             partitions = [TopicPartition(topic, p) for p in starts]

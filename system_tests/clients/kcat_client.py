@@ -19,11 +19,13 @@ from system_tests.clients.base import (
     CONSUME_TIMEOUT_S,
     LINGER_MS,
     PRODUCE_TIMEOUT_S,
+    ClientSecurity,
     ConsumeTimeout,
     ProduceFailed,
     check_acks,
     check_codec,
     check_messages,
+    librdkafka_options,
     run_tool,
 )
 from system_tests.messages import (
@@ -68,6 +70,7 @@ class KcatDriver:
         *,
         compression: str = "none",
         acks: str = "all",
+        security: ClientSecurity | None = None,
     ) -> list[Delivery]:
         """Run one `kcat -P` per partition; deliveries carry no offsets."""
         check_codec(compression)
@@ -75,7 +78,7 @@ class KcatDriver:
         check_messages(self, messages)
         for partition in sorted({m.partition for m in messages}):
             batch = [m for m in messages if m.partition == partition]
-            _produce_partition(bootstrap, topic, partition, batch, compression, acks)
+            _produce_partition(bootstrap, topic, partition, batch, compression, acks, security)
         return [Delivery(m.partition, None) for m in messages]
 
     def consume(
@@ -85,6 +88,7 @@ class KcatDriver:
         starts: Mapping[int, int],
         *,
         timeout_s: float = CONSUME_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> list[Record]:
         """Run one `kcat -C -e` per partition from its start offset to end of partition."""
         records: list[Record] = []
@@ -92,6 +96,7 @@ class KcatDriver:
             argv = [
                 "kcat", "-b", bootstrap, "-C", "-t", topic, "-p", str(partition),
                 "-o", str(offset), "-e", "-q", "-f", CONSUME_FORMAT,
+                *security_args(security),
             ]  # fmt: skip
             done = run_tool(argv, timeout_s=timeout_s)
             if done.returncode != 0:
@@ -111,6 +116,7 @@ def _produce_partition(
     messages: Sequence[OutMessage],
     compression: str,
     acks: str,
+    security: ClientSecurity | None,
 ) -> None:
     for m in messages:
         if m.headers != CONSTANT_HEADERS:
@@ -120,6 +126,7 @@ def _produce_partition(
         "-K", KEY_DELIMITER, "-z", compression,
         "-X", f"acks={acks}", "-X", f"linger.ms={LINGER_MS}",
         "-X", f"message.timeout.ms={int(PRODUCE_TIMEOUT_S * 1000)}",
+        *security_args(security),
     ]  # fmt: skip
     for name, value in CONSTANT_HEADERS:
         assert value is not None
@@ -130,6 +137,11 @@ def _produce_partition(
             f"kcat -P partition {partition} exited {done.returncode}: "
             f"{done.stderr.decode(errors='replace')[-2000:]}"
         )
+
+
+def security_args(security: ClientSecurity | None) -> list[str]:
+    """kcat `-X key=value` arguments for `security` (none for PLAINTEXT)."""
+    return [arg for key, value in librdkafka_options(security).items() for arg in ("-X", f"{key}={value}")]
 
 
 def _produce_input(messages: Sequence[OutMessage]) -> bytes:

@@ -7,6 +7,10 @@
 //
 // Subcommands (values are never optional once a flag is given):
 //
+//   Every subcommand also takes [--prop key=value]..., client properties
+//   applied last to every producer, consumer and admin client it builds
+//   (e.g. security.protocol=SSL, ssl.truststore.location=..., sasl.jaas.config=...).
+//
 //   produce --bootstrap B --topic T
 //           (--input FILE | --count N [--size S] [--partition P])
 //           [--compression none|gzip|snappy|lz4|zstd] [--acks 0|1|all]
@@ -177,6 +181,17 @@ public final class KafkaTool {
         }
     }
 
+    /** Apply every --prop key=value to a client's properties (overriding what the tool set). */
+    static void applyProps(Properties p, Args args) {
+        for (String kv : args.all("prop")) {
+            String[] parts = kv.split("=", 2);
+            if (parts.length != 2 || parts[0].isEmpty()) {
+                throw new IllegalArgumentException("expected --prop key=value, got " + kv);
+            }
+            p.put(parts[0], parts[1]);
+        }
+    }
+
     static TopicPartition parsePartitionOffset(String topic, String spec, Map<TopicPartition, Long> into) {
         String[] parts = spec.split(":", 2);
         if (parts.length != 2) throw new IllegalArgumentException("expected P:O, got " + spec);
@@ -274,6 +289,7 @@ public final class KafkaTool {
             p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
             p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
             p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+            applyProps(p, args);
             return p;
         }
 
@@ -380,6 +396,7 @@ public final class KafkaTool {
             p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, args.get("isolation", "read_uncommitted"));
             if (group != null) p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            applyProps(p, args);
             return p;
         }
 
@@ -444,6 +461,7 @@ public final class KafkaTool {
             Properties p = new Properties();
             p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap"));
             p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, String.valueOf(API_TIMEOUT.toMillis()));
+            applyProps(p, args);
             try (Admin admin = Admin.create(p)) {
                 Map<String, Object> body = switch (args.positional().get(0)) {
                     case "create-topic" -> createTopic(admin, args);
