@@ -1,0 +1,161 @@
+"""Cluster traffic over SASL_SSL with credentials from ZooKeeper (issue 12).
+
+Three brokers whose inter-broker listener SECURE is SASL_SSL with
+SCRAM-SHA-512: controller requests, replica fetches and transaction markers
+all go through TLS and SCRAM. The brokers' own user ``admin`` is written to
+ZooKeeper before they start, in Kafka's ``/config/users/<name>`` form (what
+``kafka-configs --zookeeper`` writes), computed here independently of tierd's
+code. A client user is then created through AlterUserScramCredentials on one
+broker and authenticates on every broker (each reads ZooKeeper). Produce with
+acks=all and min.insync.replicas=2 only succeeds if replication works, and
+after the leader is SIGKILLed the survivors elect a new one and serve every
+acknowledged record over SASL_SSL.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kazoo.client import KazooClient
+
+from system_tests.certs import make_pki
+from system_tests.clients.base import ClientSecurity, librdkafka_options
+from system_tests.cluster.cluster import Cluster, wait_for
+from system_tests.harness import free_port
+
+ADMIN_PASSWORD = "broker-admin-Secret"
+ALICE_PASSWORD = "alice-cluster-Secret"
+
+
+def kafka_scram_text(password: str, iterations: int = 4096) -> str:
+    """A SCRAM-SHA-512 credential in Kafka's ZooKeeper text form (RFC 5802 keys)."""
+    salt = os.urandom(24)
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha512").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha512").digest()
+    b64 = base64.b64encode
+    return (f"salt={b64(salt).decode()},stored_key={b64(hashlib.sha512(client_key).digest()).decode()},"
+            f"server_key={b64(server_key).decode()},iterations={iterations}")
+
+
+def _metric(port: int, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
+                                                tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=30)
+    try:
+        zk.ensure_path("/config/users")
+        zk.create("/config/users/admin", json.dumps(
+            {"version": 1, "config": {"SCRAM-SHA-512": kafka_scram_text(ADMIN_PASSWORD)}}
+        ).encode())
+    finally:
+        zk.stop()
+        zk.close()
+
+    secure = {n: free_port() for n in cluster.brokers}
+    metrics = {n: free_port() for n in cluster.brokers}
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="admin" password="{ADMIN_PASSWORD}";')
+    for n, broker in cluster.brokers.items():
+        broker.config.update({
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SECURE://127.0.0.1:{secure[n]}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
+            "inter.broker.listener.name": "SECURE",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.secure.scram-sha-512.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_pem),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca_pem),
+            "tierd.metrics.port": str(metrics[n]),
+        })
+    cluster.start()
+
+    as_admin = librdkafka_options(ClientSecurity("SASL_SSL", ca_file=pki.ca_pem,
+                                                 mechanism="SCRAM-SHA-512", username="admin",
+                                                 password=ADMIN_PASSWORD))
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{secure[1]}", **as_admin})
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(  # admin outlives it
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+        ALICE_PASSWORD.encode())])["alice"].result(timeout=30)
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=30)
+    try:
+        stored = json.loads(zk.get("/config/users/alice")[0])
+    finally:
+        zk.stop()
+        zk.close()
+    assert set(stored["config"]) == {"SCRAM-SHA-512"}
+    assert "iterations=8192" in stored["config"]["SCRAM-SHA-512"]
+    assert ALICE_PASSWORD not in json.dumps(stored)
+
+    cluster.create_topic(topic, 1, rf=3, configs={"min.insync.replicas": "2"})
+    as_alice = librdkafka_options(ClientSecurity("SASL_SSL", ca_file=pki.ca_pem,
+                                                 mechanism="SCRAM-SHA-512", username="alice",
+                                                 password=ALICE_PASSWORD))
+    bootstrap = ",".join(f"127.0.0.1:{secure[n]}" for n in sorted(cluster.brokers))
+
+    def produce(values: list[str]) -> None:
+        errors: list[object] = []
+        producer = Producer({"bootstrap.servers": bootstrap, **as_alice, "acks": "all",
+                             "enable.idempotence": True, "message.timeout.ms": 60000})
+        for value in values:
+            producer.produce(topic, value.encode(), partition=0,
+                             on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        assert producer.flush(90) == 0
+        assert errors == []
+
+    produce([f"before-{i}" for i in range(200)])
+    wait_for("every replica in sync over SASL_SSL",
+             lambda: cluster.partitions(topic)[0]["isr"] == [1, 2, 3])
+    # Brokers authenticated to each other with SCRAM on SECURE.
+    assert sum(_metric(metrics[n], "tierd_successful_authentication_total",
+                       listener="SECURE", mechanism="SCRAM-SHA-512")
+               for n in cluster.brokers) > 0
+
+    leader = cluster.leader(topic, 0)
+    cluster.brokers[leader].kill()
+    produce([f"after-{i}" for i in range(100)])
+    survivor = next(n for n in cluster.live)
+
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{secure[survivor]}", **as_alice,
+                         "group.id": f"{topic}-reader", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    values: list[str] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline_polls = 600
+        while len(values) < 300 and deadline_polls:
+            deadline_polls -= 1
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value().decode())
+    finally:
+        consumer.close()
+    assert values == [f"before-{i}" for i in range(200)] + [f"after-{i}" for i in range(100)]
+    for n in cluster.live:
+        log = cluster.brokers[n].log_tail(limit=1 << 30)
+        assert "authentication failed" not in log
+        assert ADMIN_PASSWORD not in "\n".join(
+            line for line in log.splitlines() if not line.startswith("===== start"))
