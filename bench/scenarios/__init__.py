@@ -13,8 +13,9 @@ from bench.scenarios import (
     spark,
     throughput,
     tiered,
+    tls,
     zero_copy,
 )
 
 __all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "spark",
-           "zero_copy", "compaction"]
+           "zero_copy", "compaction", "tls"]

@@ -201,9 +201,13 @@ def timed_consume(
     payloads: PayloadSet,
     timeout: float,
     idle_timeout: float,
+    **extra: object,
 ) -> tuple[PhaseOutcome, Verifier]:
     """Read ``topic`` on ``bootstrap`` from the beginning until every produced value
-    was verified (or ``timeout`` passes, or nothing arrives for ``idle_timeout``)."""
+    was verified (or ``timeout`` passes, or nothing arrives for ``idle_timeout``).
+
+    ``extra``: consumer settings that override the defaults (e.g. ``security.protocol``).
+    """
     verifier = Verifier(payloads.crcs)
     consumer = Consumer(
         consumer_config(
@@ -212,6 +216,7 @@ def timed_consume(
             **{
                 "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
                 "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+                **extra,
             },
         )
     )

@@ -226,3 +226,32 @@ def test_compaction_metrics_and_targets_cover_both_cases() -> None:
     assert judged[(c.OFFSETS_CASE, "restart_after_s")] == 2.0
     keys = [m.key for m in c.METRICS]
     assert len(keys) == len(set(keys))
+
+
+def test_tls_spec_settings_ratios_and_verdicts() -> None:
+    from bench.results import Verdict
+    from bench.scenarios import tls
+
+    base = BrokerSpec("tierd", "tierd", "{python} -m broker --override "
+                      "listeners=PLAINTEXT://127.0.0.1:{port}", REPO_ROOT)
+    argv = tls.tls_spec(base, 1234, 5678, REPO_ROOT / "k.pem").command(1234, REPO_ROOT / "d")
+    # The later listeners override wins in tierd: both listeners, on the ports given.
+    assert argv[-5] == "listeners=PLAINTEXT://127.0.0.1:1234,SSL://127.0.0.1:5678"
+    assert "ssl.keystore.type=PEM" in argv and f"ssl.keystore.location={REPO_ROOT}/k.pem" in argv
+    assert tls.client_settings("plaintext", REPO_ROOT / "ca.pem") == {}
+    assert tls.client_settings("ssl", REPO_ROOT / "ca.pem") == {
+        "security.protocol": "SSL", "ssl.ca.location": str(REPO_ROOT / "ca.pem")}
+    m = {"plaintext_produce_cpu_us_msg": 2.0, "ssl_produce_cpu_us_msg": 3.0,
+         "plaintext_consume_cpu_us_msg": 1.0, "ssl_consume_cpu_us_msg": 1.6}
+    ratios = tls.cpu_ratios(m)
+    assert ratios == {"produce_cpu_ratio": 1.5, "consume_cpu_ratio": 1.6}
+    assert math.isnan(tls.cpu_ratios({"ssl_produce_cpu_us_msg": 1.0})["produce_cpu_ratio"])
+    judged = {t.metric: t for t in tls.TARGETS}
+    assert judged["produce_cpu_ratio"].evaluate(1.5, math.nan) is Verdict.PASS
+    assert judged["consume_cpu_ratio"].evaluate(1.6, math.nan) is Verdict.FAIL
+    text = tls.verdicts_text(ratios)
+    assert "produce CPU/msg SSL/PLAINTEXT 1.50x (target <= 1.5 x: PASS)" in text
+    assert "consume CPU/msg SSL/PLAINTEXT 1.60x (target <= 1.5 x: FAIL)" in text
+    keys = [spec.key for spec in tls.METRICS]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 4 + 2
+    assert all(tls.SCENARIO.metric(t.metric) for t in tls.TARGETS)
