@@ -24,6 +24,7 @@ from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
 from broker.security.client import build_peer_connector
+from broker.security.limits import ConnectionLimits
 from broker.security.scram import LocalCredentialStore, ZkCredentialStore
 from broker.server import serve
 from broker.tiering import build_tiering
@@ -100,7 +101,9 @@ async def run(config: BrokerConfig) -> None:
         metrics_url = f"http://{config['tierd.metrics.host']}:{bound}/metrics"
     ctx.credentials = (ZkCredentialStore(ctx.cluster.zk) if ctx.cluster is not None
                        else LocalCredentialStore(config.log_dir))
-    securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials)
+    limits = ConnectionLimits(config)
+    securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
+                                          limits)
                   for listener in config.listeners.bind]
     Peer.connector = build_peer_connector(config) if config["zookeeper.connect"] else None
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -53,6 +53,13 @@ class BrokerMetrics:
             "tierd_connection_setup_timeouts",
             "Connections closed for not finishing TLS and SASL in tierd.connection.setup.timeout.ms",
             ["listener"], registry=r)
+        self.connections_refused = Counter(
+            "tierd_connections_refused", "Connections closed at once by a connection limit",
+            ["listener", "reason"], registry=r)
+        self.idle_closed = Counter(
+            "tierd_idle_connections_closed",
+            "Connections closed after connections.max.idle.ms without a request",
+            ["listener"], registry=r)
         self.tls_reload_errors = Counter(
             "tierd_tls_reload_errors", "Changed TLS key files that could not be loaded",
             ["listener"], registry=r)

@@ -79,7 +79,28 @@ class Connection:
         self.close_after_send = False
 
     async def serve(self) -> None:
-        client_host.set("/" + self.peer.rpartition(":")[0])
+        ip = self.peer.rpartition(":")[0]
+        client_host.set("/" + ip)
+        limits = self.security.limits if self.security is not None else None
+        if limits is None:
+            await self._serve()
+            return
+        await limits.throttle(self.listener)
+        refused = limits.admit(self.listener, ip)
+        if refused is not None:
+            log.warning("connection refused", peer=self.peer, listener=self.listener,
+                        reason=refused)
+            self.ctx.metrics.connections_refused.labels(self.listener, refused).inc()
+            with trio.move_on_after(1) as scope:
+                scope.shield = True
+                await self.stream.aclose()
+            return
+        try:
+            await self._serve()
+        finally:
+            limits.release(self.listener, ip)
+
+    async def _serve(self) -> None:
         metrics = self.ctx.metrics
         metrics.connections.inc()
         metrics.connections_total.inc()
@@ -136,8 +157,15 @@ class Connection:
             log.debug("TLS client authenticated", peer=self.peer, principal=principal)
 
     async def _loop(self) -> None:
+        idle_s = self.security.idle_timeout_s if self.security is not None else math.inf
         while True:
-            data = await self.stream.receive_some(RECEIVE_BYTES)
+            with trio.move_on_after(idle_s) as idle:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            if idle.cancelled_caught:
+                log.info("closing idle connection", peer=self.peer, listener=self.listener,
+                         idle_s=idle_s)
+                self.ctx.metrics.idle_closed.labels(self.listener).inc()
+                return
             if not data:
                 return
             self.decoder.feed(data)

@@ -15,12 +15,35 @@ GSSAPI and OAUTHBEARER are not offered.
 
 from __future__ import annotations
 
-from config.defs import ConfigDef
+from config.defs import INT_MAX, ConfigDef
 from config.defs import ConfigType as T
 
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 STORE_TYPES = ("JKS", "PKCS12", "PEM")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` as {ip: limit}.
+
+    Raises:
+        ValueError: not ``ip:count`` entries.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        ip, sep, count = item.rpartition(":")
+        if not sep or not ip or not count.isdigit():
+            raise ValueError(f"expected ip:count, got {item!r}")
+        out[ip.strip("[]")] = int(count)
+    return out
+
+
+def _check_overrides(value: str) -> str | None:
+    try:
+        parse_ip_overrides(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
 
 DEFS: list[ConfigDef] = [
     ConfigDef("ssl.keystore.type", T.STRING, "JKS",
@@ -68,6 +91,18 @@ DEFS: list[ConfigDef] = [
               "username/password for inter-broker authentication.", sensitive=True),
     ConfigDef("connection.failed.authentication.delay.ms", T.INT, 100,
               "Delay before closing a connection whose authentication failed.", at_least=0),
+    ConfigDef("max.connections", T.INT, INT_MAX,
+              "Open connections the broker (or, prefixed, one listener) accepts; the "
+              "inter-broker listener is exempt from the broker-wide limit.", at_least=0),
+    ConfigDef("max.connections.per.ip", T.INT, INT_MAX,
+              "Open connections accepted from one IP address.", at_least=0),
+    ConfigDef("max.connections.per.ip.overrides", T.STRING, "",
+              "Per-IP exceptions: ip:count,ip:count.", check=_check_overrides),
+    ConfigDef("max.connection.creation.rate", T.INT, INT_MAX,
+              "New connections per second a listener (or the broker) takes on; faster "
+              "arrivals wait.", at_least=0),
+    ConfigDef("connections.max.idle.ms", T.LONG, 600000,
+              "A connection that sends nothing for this long is closed.", at_least=1),
     ConfigDef("tierd.connection.setup.timeout.ms", T.INT, 10000,
               "A connection that has not finished its TLS handshake and SASL "
               "authentication by then is closed.", at_least=1),

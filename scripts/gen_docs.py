@@ -56,7 +56,9 @@ ssl.keystore.certificate.chain ssl.truststore.type ssl.truststore.location
 ssl.truststore.password ssl.truststore.certificates ssl.client.auth ssl.enabled.protocols
 ssl.protocol ssl.cipher.suites ssl.endpoint.identification.algorithm
 ssl.principal.mapping.rules sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
-sasl.jaas.config connection.failed.authentication.delay.ms log.dirs log.dir num.partitions
+sasl.jaas.config connection.failed.authentication.delay.ms max.connections
+max.connections.per.ip max.connections.per.ip.overrides max.connection.creation.rate
+connections.max.idle.ms log.dirs log.dir num.partitions
 default.replication.factor auto.create.topics.enable delete.topic.enable message.max.bytes
 socket.request.max.bytes log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
 log.roll.jitter.hours log.index.size.max.bytes log.index.interval.bytes

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.metrics import BrokerMetrics
+from broker.security.limits import ConnectionLimits
 from broker.security.sasl import SaslSettings
 from broker.security.scram import CredentialStore
 from broker.security.tls import ServerTls
@@ -22,10 +23,14 @@ class ListenerSecurity:
     sasl: SaslSettings | None
     setup_timeout_s: float
     failed_auth_delay_s: float
+    idle_timeout_s: float
+    # Shared by every listener of the broker.
+    limits: ConnectionLimits | None = None
 
 
 def build_listener_security(config: BrokerConfig, listener: Listener, metrics: BrokerMetrics,
-                            store: CredentialStore | None) -> ListenerSecurity:
+                            store: CredentialStore | None,
+                            limits: ConnectionLimits | None = None) -> ListenerSecurity:
     """Raises:
         ConfigError: the listener's TLS or SASL settings are unusable.
     """
@@ -39,4 +44,6 @@ def build_listener_security(config: BrokerConfig, listener: Listener, metrics: B
         setup_timeout_s=config.for_listener(listener.name, "tierd.connection.setup.timeout.ms")
         / 1000,
         failed_auth_delay_s=config.for_listener(
-            listener.name, "connection.failed.authentication.delay.ms") / 1000)
+            listener.name, "connection.failed.authentication.delay.ms") / 1000,
+        idle_timeout_s=config.for_listener(listener.name, "connections.max.idle.ms") / 1000,
+        limits=limits)

@@ -247,3 +247,50 @@ async def test_principal_is_the_client_certificate_subject(tmp_path: Path) -> No
         nursery.start_soon(cli.do_handshake)
     assert principal_of(srv) == "User:CN=alice,O=Org\\, Inc,C=DE"
     assert principal_of(None) == "User:ANONYMOUS"
+
+
+# -- connection limits ----------------------------------------------------------------
+
+
+def test_connection_limits_count_per_ip_listener_and_broker() -> None:
+    from broker.security.limits import ConnectionLimits
+    from config import BrokerConfig
+
+    config = BrokerConfig.from_mapping({
+        "listeners": "PLAINTEXT://127.0.0.1:1,EXT://127.0.0.1:2",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXT:PLAINTEXT",
+        "max.connections": "3", "max.connections.per.ip": "2",
+        "max.connections.per.ip.overrides": "10.0.0.9:10",
+        "listener.name.ext.max.connections": "5"})
+    limits = ConnectionLimits(config, clock=lambda: 0.0)
+    assert limits.admit("EXT", "10.0.0.1") is None
+    assert limits.admit("EXT", "10.0.0.1") is None
+    assert limits.admit("EXT", "10.0.0.1") == "max_connections_per_ip"
+    assert limits.admit("EXT", "10.0.0.9") is None
+    assert limits.admit("EXT", "10.0.0.9") == "max_connections"  # broker-wide 3
+    # The inter-broker listener (PLAINTEXT) is neither limited nor counted.
+    assert limits.admit("PLAINTEXT", "10.0.0.9") is None
+    assert limits.total == 3
+    limits.release("EXT", "10.0.0.1")
+    assert limits.admit("EXT", "10.0.0.9") is None
+    limits.release("PLAINTEXT", "10.0.0.9")
+    assert limits.total == 3 and limits.by_ip["10.0.0.9"] == 2
+
+
+def test_creation_rate_bucket_delays_past_the_burst() -> None:
+    from broker.security.limits import _Rate
+
+    now = [0.0]
+    rate = _Rate(4, lambda: now[0])
+    assert [rate.delay() for _ in range(4)] == [0.0, 0.0, 0.0, 0.0]
+    assert rate.delay() == pytest.approx(0.25)
+    assert rate.delay() == pytest.approx(0.5)
+    now[0] = 10.0
+    assert rate.delay() == 0.0
+
+
+def test_ip_overrides_are_checked() -> None:
+    from config import BrokerConfig
+
+    with pytest.raises(ConfigError, match="ip:count"):
+        BrokerConfig.from_mapping({"max.connections.per.ip.overrides": "10.0.0.1"})
