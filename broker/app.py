@@ -25,6 +25,7 @@ from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
 from broker.security.client import build_peer_connector
 from broker.security.limits import ConnectionLimits
+from broker.security.quotas import ClientQuotas, LocalQuotaStore, ZkQuotaStore
 from broker.security.scram import LocalCredentialStore, ZkCredentialStore
 from broker.server import serve
 from broker.tiering import build_tiering
@@ -101,6 +102,9 @@ async def run(config: BrokerConfig) -> None:
         metrics_url = f"http://{config['tierd.metrics.host']}:{bound}/metrics"
     ctx.credentials = (ZkCredentialStore(ctx.cluster.zk) if ctx.cluster is not None
                        else LocalCredentialStore(config.log_dir))
+    client_quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
+    ctx.quotas = (ZkQuotaStore(ctx.cluster.zk, client_quotas) if ctx.cluster is not None
+                  else LocalQuotaStore(config.log_dir, client_quotas))
     limits = ConnectionLimits(config)
     securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
                                           limits)
@@ -109,6 +113,7 @@ async def run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
+            nursery.start_soon(ctx.quotas.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
             if tiering is not None and ctx.cluster is None:
                 await nursery.start(tiering.run)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
+from broker.security.quotas import QuotaStore
 from broker.security.scram import CredentialStore
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
@@ -33,6 +34,8 @@ class BrokerContext:
     cluster: ClusterNode | None = None
     # SCRAM credentials (ZooKeeper in cluster mode, the log dir on a single node).
     credentials: CredentialStore | None = None
+    # Client quotas and where they are kept.
+    quotas: QuotaStore | None = None
 
     @property
     def cluster_id(self) -> str:

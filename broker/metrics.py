@@ -60,6 +60,12 @@ class BrokerMetrics:
             "tierd_idle_connections_closed",
             "Connections closed after connections.max.idle.ms without a request",
             ["listener"], registry=r)
+        self.throttled = Counter(
+            "tierd_quota_throttled_responses", "Responses throttled by a client quota",
+            ["quota"], registry=r)
+        self.throttle_seconds = Counter(
+            "tierd_quota_throttle_seconds", "Throttle time given to clients over a quota",
+            ["quota"], registry=r)
         self.tls_reload_errors = Counter(
             "tierd_tls_reload_errors", "Changed TLS key files that could not be loaded",
             ["listener"], registry=r)

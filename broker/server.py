@@ -28,12 +28,13 @@ import trio
 from broker import zero_copy
 from broker.context import BrokerContext, Session, client_host, session
 from broker.handlers import HANDLERS
+from broker.handlers.fetch import replica_id
 from broker.security import ListenerSecurity
 from broker.security.sasl import SaslAuthenticator, SaslFailure
 from broker.security.scram import AuthenticationFailed
 from broker.security.tls import ANONYMOUS, ServerTls, principal_of
 from config.security import SASL_MECHANISMS
-from protocol import api
+from protocol import api, broker_apis
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
 from storage.log.file_slice import ShortFileSlice
@@ -48,6 +49,28 @@ RECEIVE_BYTES = 256 * 1024
 # Failure reasons counted as themselves; any other is "invalid_credentials"
 # (messages may carry user input and must not become label values).
 _BOUNDED_REASONS = frozenset({"unsupported mechanism", "second SaslHandshake"})
+
+
+PRODUCE_KEY, FETCH_KEY = 0, 1
+# Requests between brokers are never throttled by client quotas.
+_EXEMPT_FROM_QUOTAS = frozenset(broker_apis.INTER_BROKER) | {27}  # 27: WriteTxnMarkers
+
+
+def _fetched_bytes(response: Any) -> int:
+    """Record bytes in a Fetch response (file slices and large bytes counted
+    at their real length, not their markers')."""
+    real = {}
+    body = response
+    if isinstance(response, zero_copy.SplicedResponse):
+        real = {marker: len(data) for marker, data in response.slices}
+        body = response.response
+    total = 0
+    for topic in body.responses:
+        for part in topic.partitions:
+            records = part.records
+            if records:
+                total += real.get(records, len(records))
+    return total
 
 
 class CloseConnection(Exception):
@@ -77,6 +100,8 @@ class Connection:
                      if security is not None and security.sasl is not None else None)
         # Set by a failed authentication: answer, then close.
         self.close_after_send = False
+        # A client over its quota is not read from until then (KIP-219).
+        self.mute_until = 0.0
 
     async def serve(self) -> None:
         ip = self.peer.rpartition(":")[0]
@@ -158,18 +183,25 @@ class Connection:
 
     async def _loop(self) -> None:
         idle_s = self.security.idle_timeout_s if self.security is not None else math.inf
+        drained = True  # the decoder holds no complete frame we stopped before
         while True:
-            with trio.move_on_after(idle_s) as idle:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            if idle.cancelled_caught:
-                log.info("closing idle connection", peer=self.peer, listener=self.listener,
-                         idle_s=idle_s)
-                self.ctx.metrics.idle_closed.labels(self.listener).inc()
-                return
-            if not data:
-                return
-            self.decoder.feed(data)
+            if self.mute_until > trio.current_time():
+                # Over a quota: neither read nor handle until the throttle ends
+                # (pipelined requests already read wait too, as in Kafka).
+                await trio.sleep_until(self.mute_until)
+            if drained:
+                with trio.move_on_after(idle_s) as idle:
+                    data = await self.stream.receive_some(RECEIVE_BYTES)
+                if idle.cancelled_caught:
+                    log.info("closing idle connection", peer=self.peer,
+                             listener=self.listener, idle_s=idle_s)
+                    self.ctx.metrics.idle_closed.labels(self.listener).inc()
+                    return
+                if not data:
+                    return
+                self.decoder.feed(data)
             out: list[zero_copy.Part] = []
+            drained = False
             try:
                 while True:
                     try:
@@ -177,13 +209,14 @@ class Connection:
                     except FrameTooLarge as exc:
                         self._reject("frame_too_large", str(exc))
                     if frame is None:
+                        drained = True
                         break
                     response = await self._handle(frame)
                     if isinstance(response, list):
                         out.extend(response)
                     elif response is not None:
                         out.append(response)
-                    if self.close_after_send:
+                    if self.close_after_send or self.mute_until > trio.current_time():
                         break
             except CloseConnection:
                 # Requests before the bad one were handled (a produce may be
@@ -315,6 +348,10 @@ class Connection:
         started = time.perf_counter()
         try:
             response = await HANDLERS[header.api_key](self.ctx, header, request)
+            if response is not None and self.ctx.quotas is not None \
+                    and self.ctx.quotas.quotas.entries:
+                self._apply_quotas(header, request, response, len(frame),
+                                   time.perf_counter() - started)
             encoded: bytes | list[zero_copy.Part] | None
             if isinstance(response, zero_copy.SplicedResponse):
                 encoded = response.encode(header, spec.is_flexible(header.api_version))
@@ -331,6 +368,37 @@ class Connection:
             self.ctx.metrics.requests.labels(spec.name, str(header.api_version)).inc()
             self.ctx.metrics.latency.labels(spec.name).observe(time.perf_counter() - started)
         return encoded
+
+    def _apply_quotas(self, header: api.RequestHeader, request: Any, response: Any,
+                      request_bytes: int, elapsed_s: float) -> None:
+        """Record this request against its client's quotas; if over, put the
+        throttle time in the response and mute the connection that long."""
+        assert self.ctx.quotas is not None
+        key = header.api_key
+        if key in _EXEMPT_FROM_QUOTAS or (key == FETCH_KEY and replica_id(
+                request, header.api_version) >= 0):
+            return
+        quotas = self.ctx.quotas.quotas
+        user = self.session.principal.removeprefix("User:")
+        client = header.client_id or ""
+        throttle = quotas.record(user, client, "request_percentage", elapsed_s * 100)
+        kind = "request"
+        if key == PRODUCE_KEY:
+            produce = quotas.record(user, client, "producer_byte_rate", request_bytes)
+            if produce > throttle:
+                throttle, kind = produce, "produce"
+        elif key == FETCH_KEY:
+            fetch = quotas.record(user, client, "consumer_byte_rate", _fetched_bytes(response))
+            if fetch > throttle:
+                throttle, kind = fetch, "fetch"
+        if throttle <= 0:
+            return
+        body = response.response if isinstance(response, zero_copy.SplicedResponse) else response
+        if hasattr(body, "throttle_time_ms"):
+            body.throttle_time_ms = int(throttle)
+        self.mute_until = max(self.mute_until, trio.current_time() + throttle / 1000)
+        self.ctx.metrics.throttled.labels(kind).inc()
+        self.ctx.metrics.throttle_seconds.labels(kind).inc(throttle / 1000)
 
     def _unsupported(self, header: api.RequestHeader) -> bytes:
         if header.api_key == api.API_VERSIONS_KEY:

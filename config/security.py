@@ -103,6 +103,10 @@ DEFS: list[ConfigDef] = [
               "arrivals wait.", at_least=0),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000,
               "A connection that sends nothing for this long is closed.", at_least=1),
+    ConfigDef("quota.window.num", T.INT, 11, "Samples a client quota's rate is measured over.",
+              at_least=1),
+    ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.",
+              at_least=1),
     ConfigDef("tierd.connection.setup.timeout.ms", T.INT, 10000,
               "A connection that has not finished its TLS handshake and SASL "
               "authentication by then is closed.", at_least=1),

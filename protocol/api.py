@@ -97,6 +97,8 @@ SUPPORTED: dict[int, ApiSpec] = {
               admin.DescribeUserScramCredentialsResponse, 0, 0),
         _spec(admin.AlterUserScramCredentialsRequest,
               admin.AlterUserScramCredentialsResponse, 0, 0),
+        _spec(admin.DescribeClientQuotasRequest, admin.DescribeClientQuotasResponse, 0, 1),
+        _spec(admin.AlterClientQuotasRequest, admin.AlterClientQuotasResponse, 0, 1),
         # tierd's own: where each partition's data lives (broker/handlers/tiering.py).
         _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 1),
     )

@@ -42,7 +42,7 @@ from urllib.parse import quote, unquote
 import structlog
 import trio
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.retry import KazooRetry
 
 from replication.elections import LeaderAndIsr
@@ -539,15 +539,86 @@ class ZkClient:
             if not configs:
                 try:
                     self.client.delete(path)
+                    return
                 except NoNodeError:
-                    pass
-                return
+                    return
+                except NotEmptyError:
+                    pass  # client-id quota nodes below it: keep it, empty
             self.client.ensure_path("/config/users")
             try:
                 self.client.create(path, data)
             except NodeExistsError:
                 self.client.set(path, data)
         await self._call(run)
+
+    # -- client quotas (Kafka's /config/users/..., /config/clients/...) --------------
+
+    async def get_entity_config(self, path: str) -> dict[str, str]:
+        """The config map of ``/config/<path>`` (empty if the node does not exist)."""
+        try:
+            data, _ = await self._call(self.client.get, f"/config/{path}")
+        except NoNodeError:
+            return {}
+        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+    async def set_entity_config(self, path: str, configs: dict[str, str]) -> None:
+        """Write ``/config/<path>`` (parents created with empty configs); an empty
+        config deletes the node unless it has children."""
+        full = f"/config/{path}"
+        data = _json({"version": 1, "config": dict(configs)})
+
+        def run() -> None:
+            if not configs:
+                try:
+                    self.client.delete(full)
+                    return
+                except NoNodeError:
+                    return
+                except NotEmptyError:
+                    pass
+            parts = full.strip("/").split("/")
+            for depth in range(2, len(parts)):
+                parent = "/" + "/".join(parts[:depth])
+                try:
+                    self.client.create(parent, _json({"version": 1, "config": {}})
+                                       if depth > 2 else b"", makepath=True)
+                except NodeExistsError:
+                    pass
+            try:
+                self.client.create(full, data)
+            except NodeExistsError:
+                self.client.set(full, data)
+        await self._call(run)
+
+    async def get_quota_configs(self) -> list[tuple[str, dict[str, str]]]:
+        """(path under /config, config) of every user, user/client and client node."""
+        def run() -> list[tuple[str, dict[str, str]]]:
+            out: list[tuple[str, dict[str, str]]] = []
+
+            def read(path: str) -> None:
+                try:
+                    data, _ = self.client.get(f"/config/{path}")
+                    out.append((path, {k: str(v) for k, v in
+                                       json.loads(data or b"{}").get("config", {}).items()}))
+                except (NoNodeError, ValueError):
+                    pass
+
+            for kind in ("users", "clients"):
+                try:
+                    names = self.client.get_children(f"/config/{kind}")
+                except NoNodeError:
+                    continue
+                for name in names:
+                    read(f"{kind}/{name}")
+                    if kind == "users":
+                        try:
+                            clients = self.client.get_children(f"/config/users/{name}/clients")
+                        except NoNodeError:
+                            continue
+                        for client in clients:
+                            read(f"users/{name}/clients/{client}")
+            return out
+        return list(await self._call(run))
 
     async def get_users(self) -> list[str]:
         try:

@@ -1,6 +1,8 @@
-"""SaslHandshake / SaslAuthenticate outside an authentication, and SCRAM
+"""SaslHandshake / SaslAuthenticate outside an authentication, SCRAM
 credential administration (DescribeUserScramCredentials,
-AlterUserScramCredentials, KIP-554).
+AlterUserScramCredentials, KIP-554), and client quota administration
+(DescribeClientQuotas, AlterClientQuotas, KIP-546; entity types user and
+client-id, a null name being the default).
 
 A connection authenticating on a SASL listener has its SASL requests taken by
 the server (``broker.server`` with ``broker.security.sasl``) before handlers
@@ -22,8 +24,12 @@ from typing import Any
 
 import structlog
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
@@ -35,6 +41,7 @@ from kafka.protocol.sasl import (
 )
 
 from broker.context import BrokerContext
+from broker.security import quotas
 from broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -159,7 +166,86 @@ async def handle_alter_scram(ctx: BrokerContext, header: RequestHeader, req: Any
     return resp(throttle_time_ms=0, results=results)
 
 
+# -- client quotas (KIP-546) ---------------------------------------------------------
+
+_MATCH_EXACT, _MATCH_DEFAULT, _MATCH_ANY = 0, 1, 2
+
+
+def _matches(ent: dict[str, str | None], components: Any, strict: bool) -> bool:
+    for c in components:
+        if c.entity_type not in ent:
+            return False
+        name = ent[c.entity_type]
+        if c.match_type == _MATCH_EXACT and name != c.match:
+            return False
+        if c.match_type == _MATCH_DEFAULT and name is not None:
+            return False
+    return not strict or len(ent) == len(components)
+
+
+async def handle_describe_client_quotas(ctx: BrokerContext, header: RequestHeader,
+                                        req: Any) -> Any:
+    resp = DescribeClientQuotasResponse[header.api_version]
+    entry_cls = resp.EntryData
+    if ctx.quotas is None:
+        return resp(throttle_time_ms=0, error_code=ErrorCode.SECURITY_DISABLED,
+                    error_message="no quota store", entries=None)
+    for c in req.components:
+        if c.entity_type not in (quotas.USER, quotas.CLIENT) or c.match_type not in (0, 1, 2):
+            ctx.metrics.error("DescribeClientQuotas", ErrorCode.INVALID_REQUEST)
+            return resp(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                        error_message=f"unsupported entity type or match "
+                                      f"{c.entity_type!r}/{c.match_type}", entries=None)
+    entries = []
+    for ent, values in sorted(ctx.quotas.quotas.entries.items(), key=lambda e: str(e[0])):
+        if not _matches(dict(ent), req.components, req.strict):
+            continue
+        entries.append(entry_cls(
+            entity=[entry_cls.EntityData(entity_type=t, entity_name=n) for t, n in ent],
+            values=[entry_cls.ValueData(key=k, value=v) for k, v in sorted(values.items())]))
+    return resp(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+
+
+async def handle_alter_client_quotas(ctx: BrokerContext, header: RequestHeader,
+                                     req: Any) -> Any:
+    resp = AlterClientQuotasResponse[header.api_version]
+    entry_cls = resp.EntryData
+    results = []
+    changes: dict[quotas.Entity, dict[str, float | None]] = {}
+    for e in req.entries:
+        ent_items = [(d.entity_type, d.entity_name) for d in e.entity]
+        code, message = ErrorCode.NONE, None
+        types = [t for t, _ in ent_items]
+        if ctx.quotas is None:
+            code, message = ErrorCode.SECURITY_DISABLED, "no quota store"
+        elif not types or len(set(types)) != len(types) or not set(types) <= {quotas.USER,
+                                                                               quotas.CLIENT}:
+            code, message = ErrorCode.INVALID_REQUEST, (
+                f"entity types must be user and/or client-id, each once: {types}")
+        else:
+            for op in e.ops:
+                if op.key not in quotas.KEYS:
+                    code, message = ErrorCode.INVALID_REQUEST, f"Unknown quota key {op.key!r}"
+                elif not op.remove and not op.value > 0:
+                    code, message = ErrorCode.INVALID_REQUEST, (
+                        f"quota {op.key} must be positive, got {op.value}")
+        if code:
+            ctx.metrics.error("AlterClientQuotas", code)
+        elif not req.validate_only:
+            ent = tuple(sorted(ent_items))
+            for op in e.ops:
+                changes.setdefault(ent, {})[op.key] = None if op.remove else float(op.value)
+        results.append(entry_cls(error_code=code, error_message=message, entity=[
+            entry_cls.EntityData(entity_type=t, entity_name=n) for t, n in ent_items]))
+    if changes and ctx.quotas is not None:
+        await ctx.quotas.alter(changes)
+        log.info("client quotas altered", changes={str(k): v for k, v in changes.items()})
+    return resp(throttle_time_ms=0, entries=results)
+
+
 HANDLERS = {
+    DescribeClientQuotasRequest.API_KEY: handle_describe_client_quotas,
+    AlterClientQuotasRequest.API_KEY: handle_alter_client_quotas,
     SaslHandshakeRequest.API_KEY: handle_sasl_handshake,
     SaslAuthenticateRequest.API_KEY: handle_sasl_authenticate,
     DescribeUserScramCredentialsRequest.API_KEY: handle_describe_scram,

@@ -159,3 +159,39 @@ def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
         assert "authentication failed" not in log
         assert ADMIN_PASSWORD not in "\n".join(
             line for line in log.splitlines() if not line.startswith("===== start"))
+
+
+def test_client_quotas_are_kept_in_zookeeper(cluster: Cluster) -> None:
+    """A quota set through one broker is in ZooKeeper under Kafka's node and
+    every broker answers it; a user's quota and SCRAM credential share that
+    user's node without disturbing each other."""
+    from system_tests.test_quotas import alter, describe
+
+    cluster.start()
+    one, two = cluster.brokers[1], cluster.brokers[2]
+    assert alter(one, [("user", "alice"), ("client-id", "etl")],
+                 [("producer_byte_rate", 1e6)]).error_code == 0
+    assert alter(one, [("user", "alice")], [("consumer_byte_rate", 3e6)]).error_code == 0
+    want = {(("client-id", "etl"), ("user", "alice")): {"producer_byte_rate": 1e6},
+            (("user", "alice"),): {"consumer_byte_rate": 3e6}}
+    wait_for("broker 2 to see the quotas", lambda: describe(two, []) == want)
+
+    admin = AdminClient({"bootstrap.servers": two.bootstrap})
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+        b"pw")])["alice"].result(timeout=30)
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=30)
+    try:
+        user = json.loads(zk.get("/config/users/alice")[0])["config"]
+        client = json.loads(zk.get("/config/users/alice/clients/etl")[0])["config"]
+    finally:
+        zk.stop()
+        zk.close()
+    assert set(user) == {"consumer_byte_rate", "SCRAM-SHA-512"}
+    assert float(user["consumer_byte_rate"]) == 3e6
+    assert float(client["producer_byte_rate"]) == 1e6
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=30)
+    assert len(described.scram_credential_infos) == 1
+    # Each broker re-reads ZooKeeper every second.
+    wait_for("broker 3 to see the quotas", lambda: describe(cluster.brokers[3], []) == want)

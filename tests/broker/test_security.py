@@ -294,3 +294,41 @@ def test_ip_overrides_are_checked() -> None:
 
     with pytest.raises(ConfigError, match="ip:count"):
         BrokerConfig.from_mapping({"max.connections.per.ip.overrides": "10.0.0.1"})
+
+
+# -- client quotas --------------------------------------------------------------------
+
+
+def test_quota_precedence_is_kafkas() -> None:
+    from broker.security.quotas import ClientQuotas, entity
+
+    q = ClientQuotas(clock=lambda: 0.0)
+    key = "producer_byte_rate"
+    layers = [entity(client=None), entity(client="c"), entity(None), entity(None, None),
+              entity(None, "c"), entity("u"), entity("u", None), entity("u", "c")]
+    entries: dict = {}
+    # Adding each more specific layer makes it the one that applies.
+    for n, layer in enumerate(layers):
+        entries[layer] = {key: float(n + 1)}
+        q.set_entries(entries)
+        assert q.quota("u", "c", key) == (layer, float(n + 1))
+    # Other users and clients fall back to the defaults.
+    assert q.quota("v", "d", key) == (entity(None, None), 4.0)
+    assert q.quota("v", "c", key) == (entity(None, "c"), 5.0)
+
+
+def test_quota_throttle_time_follows_kafkas_formula() -> None:
+    from broker.security.quotas import ClientQuotas, entity
+
+    now = [0.0]
+    q = ClientQuotas(windows=11, window_s=1.0, clock=lambda: now[0])
+    q.set_entries({entity(client="c"): {"producer_byte_rate": 1000.0}})
+    # 10 s at exactly the quota: never throttled.
+    for second in range(10):
+        now[0] = float(second)
+        assert q.record("u", "c", "producer_byte_rate", 1000) == 0.0
+    # Double the rate for the window: (2000 - 1000) / 1000 x 11 s, capped at 11 s.
+    now[0] = 10.0
+    throttle = q.record("u", "c", "producer_byte_rate", 11_000)
+    assert 0 < throttle <= 11_000
+    assert q.record("x", "other", "producer_byte_rate", 10**9) == 0.0  # no quota applies
