@@ -267,15 +267,12 @@ class Connection:
             if sasl.complete:
                 self._authenticated(sasl)
             return struct.pack(">i", len(answer)) + answer
-        try:
-            header = api.parse_header(frame)
-        except api.UnsupportedVersion as exc:
-            return self._unsupported(exc.header)
-        except api.InvalidRequest as exc:
-            self._reject("invalid_request", str(exc))
+        header = self._header(frame)
+        if isinstance(header, bytes):
+            return header
         key, version = header.api_key, header.api_version
         if key == api.API_VERSIONS_KEY:
-            return await self._handle_request(frame)
+            return await self._handle_request(frame, header)
         allowed = ((key == api.SASL_HANDSHAKE_KEY and not sasl.handshaken)
                    or (key == api.SASL_AUTHENTICATE_KEY and sasl.handshaken))
         if not allowed:
@@ -332,13 +329,24 @@ class Connection:
         log.debug("client authenticated", peer=self.peer, listener=self.listener,
                   mechanism=sasl.mechanism, principal=sasl.principal)
 
-    async def _handle_request(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
+    def _header(self, frame: bytes) -> api.RequestHeader | bytes:
+        """The frame's request header, or the answer to an unsupported version
+        (closes the connection on an undecodable header)."""
         try:
-            header = api.parse_header(frame)
+            return api.parse_header(frame)
         except api.UnsupportedVersion as exc:
             return self._unsupported(exc.header)
         except api.InvalidRequest as exc:
             self._reject("invalid_request", str(exc))
+            raise AssertionError("unreachable") from None
+
+    async def _handle_request(self, frame: bytes, header: api.RequestHeader | None = None
+                              ) -> bytes | list[zero_copy.Part] | None:
+        if header is None:
+            parsed = self._header(frame)
+            if isinstance(parsed, bytes):
+                return parsed
+            header = parsed
         try:
             request = api.decode_body(header, frame)
         except api.InvalidRequest as exc:
