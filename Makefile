@@ -16,7 +16,7 @@ run:
 # (PySpark's foreachBatch) dies in select() once its socket's fd is >= 1024.
 test: deps
 	$(PYTHON) -m pytest -q tests; fast=$$?; \
-	$(PYTHON) -m pytest -q system_tests; system=$$?; \
+	$(PYTHON) -m pytest -q --durations=15 system_tests; system=$$?; \
 	test $$fast -eq 0 && test $$system -eq 0
 
 unit:
