@@ -23,6 +23,7 @@ from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
+from broker.security.acl_store import build_acl_store
 from broker.security.client import build_peer_connector
 from broker.security.limits import ConnectionLimits
 from broker.security.quotas import ClientQuotas, LocalQuotaStore, ZkQuotaStore
@@ -105,6 +106,7 @@ async def run(config: BrokerConfig) -> None:
     client_quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
     ctx.quotas = (ZkQuotaStore(ctx.cluster.zk, client_quotas) if ctx.cluster is not None
                   else LocalQuotaStore(config.log_dir, client_quotas))
+    ctx.acls = await build_acl_store(config, ctx.cluster)
     limits = ConnectionLimits(config)
     securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
                                           limits)
@@ -114,6 +116,8 @@ async def run(config: BrokerConfig) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
             nursery.start_soon(ctx.quotas.run)
+            if ctx.acls is not None:
+                nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
             if tiering is not None and ctx.cluster is None:
                 await nursery.start(tiering.run)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
+from broker.security.acl_store import AclStore
 from broker.security.quotas import QuotaStore
 from broker.security.scram import CredentialStore
 from broker.transactions import TransactionCoordinator
@@ -36,6 +37,8 @@ class BrokerContext:
     credentials: CredentialStore | None = None
     # Client quotas and where they are kept.
     quotas: QuotaStore | None = None
+    # ACLs (authorizer.class.name set); None: every request is allowed.
+    acls: AclStore | None = None
 
     @property
     def cluster_id(self) -> str:
@@ -56,6 +59,8 @@ class Session:
     listener: str | None = None
     security_protocol: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
+    # The client's address (what ACL host entries match).
+    host: str = ""
 
 
 # The session of the connection whose request is being handled; set by the

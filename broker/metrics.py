@@ -66,6 +66,9 @@ class BrokerMetrics:
         self.throttle_seconds = Counter(
             "tierd_quota_throttle_seconds", "Throttle time given to clients over a quota",
             ["quota"], registry=r)
+        self.authorization_denied = Counter(
+            "tierd_authorization_denied", "Operations refused by the ACL authorizer",
+            ["operation", "resource_type"], registry=r)
         self.tls_reload_errors = Counter(
             "tierd_tls_reload_errors", "Changed TLS key files that could not be loaded",
             ["listener"], registry=r)

@@ -30,6 +30,7 @@ from broker.context import BrokerContext, Session, client_host, session
 from broker.handlers import HANDLERS
 from broker.handlers.fetch import replica_id
 from broker.security import ListenerSecurity
+from broker.security.guards import authorize_and_handle
 from broker.security.sasl import SaslAuthenticator, SaslFailure
 from broker.security.scram import AuthenticationFailed
 from broker.security.tls import ANONYMOUS, ServerTls, principal_of
@@ -86,14 +87,15 @@ class Connection:
         self.security = security
         listener = security.listener if security is not None else None
         self.listener = listener.name if listener is not None else "-"
-        self.session = (Session(listener.name, listener.security_protocol)
-                        if listener is not None else Session())
         self.decoder = FrameDecoder(ctx.config["socket.request.max.bytes"])
+        host = ""
         try:
             host, port = stream.socket.getpeername()[:2]
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
+        self.session = (Session(listener.name, listener.security_protocol, host=host)
+                        if listener is not None else Session(host=host))
         # Until TLS and SASL are done, the connection lives under this deadline.
         self.setup_scope = trio.CancelScope()
         self.sasl = (SaslAuthenticator(security.sasl)
@@ -355,7 +357,12 @@ class Connection:
         spec = api.SUPPORTED[header.api_key]
         started = time.perf_counter()
         try:
-            response = await HANDLERS[header.api_key](self.ctx, header, request)
+            handler = HANDLERS[header.api_key]
+            if self.ctx.acls is None:
+                response = await handler(self.ctx, header, request)
+            else:
+                response = await authorize_and_handle(self.ctx, self.ctx.acls.authorizer,
+                                                      header, request, handler)
             if response is not None and self.ctx.quotas is not None \
                     and self.ctx.quotas.quotas.entries:
                 self._apply_quotas(header, request, response, len(frame),

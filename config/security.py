@@ -107,6 +107,14 @@ DEFS: list[ConfigDef] = [
               at_least=1),
     ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.",
               at_least=1),
+    ConfigDef("authorizer.class.name", T.STRING, "",
+              "Set (to any name, e.g. Kafka's kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer) to check every "
+              "request against ACLs; empty: every client may do everything."),
+    ConfigDef("super.users", T.STRING, "",
+              "Principals allowed everything, separated by ';' (e.g. User:admin;User:broker)."),
+    ConfigDef("allow.everyone.if.no.acl.found", T.BOOLEAN, False,
+              "With an authorizer, allow an operation on a resource that has no ACL at all."),
     ConfigDef("tierd.connection.setup.timeout.ms", T.INT, 10000,
               "A connection that has not finished its TLS handshake and SASL "
               "authentication by then is closed.", at_least=1),

@@ -97,6 +97,9 @@ SUPPORTED: dict[int, ApiSpec] = {
               admin.DescribeUserScramCredentialsResponse, 0, 0),
         _spec(admin.AlterUserScramCredentialsRequest,
               admin.AlterUserScramCredentialsResponse, 0, 0),
+        _spec(admin.DescribeAclsRequest, admin.DescribeAclsResponse, 0, 3),
+        _spec(admin.CreateAclsRequest, admin.CreateAclsResponse, 0, 3),
+        _spec(admin.DeleteAclsRequest, admin.DeleteAclsResponse, 0, 3),
         _spec(admin.DescribeClientQuotasRequest, admin.DescribeClientQuotasResponse, 0, 1),
         _spec(admin.AlterClientQuotasRequest, admin.AlterClientQuotasResponse, 0, 1),
         # tierd's own: where each partition's data lives (broker/handlers/tiering.py).

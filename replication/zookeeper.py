@@ -221,6 +221,10 @@ class ZkClient:
     async def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kw), limiter=self._limiter)
 
+    async def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """Run ``fn`` (kazoo calls on ``self.client``) in one of the ZooKeeper threads."""
+        return await self._call(fn, *args, **kw)
+
     async def close(self) -> None:
         def stop() -> None:
             self.client.stop()
@@ -252,6 +256,12 @@ class ZkClient:
             await holder["event"].wait()
             holder["event"] = trio.Event()
             yield await read()
+
+    async def watch_children(self, path: str) -> AsyncIterator[None]:
+        """Yields each time the children of ``path`` change."""
+        async for _ in self._watch(lambda cb: self.client.ChildrenWatch(path, cb),
+                                   trio.lowlevel.checkpoint):
+            yield None
 
     async def watch_brokers(self) -> AsyncIterator[list[RegisteredBroker]]:
         async for brokers in self._watch(

@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.context import BrokerContext
 from broker.handlers import (
+    acls,
     admin_configs,
     admin_topics,
     api_versions,
@@ -38,5 +39,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions, inter_broker, reassignments, tiering, security):
+                transactions, inter_broker, reassignments, tiering, security, acls):
     HANDLERS.update(_module.HANDLERS)

@@ -9,7 +9,10 @@ code. A client user is then created through AlterUserScramCredentials on one
 broker and authenticates on every broker (each reads ZooKeeper). Produce with
 acks=all and min.insync.replicas=2 only succeeds if replication works, and
 after the leader is SIGKILLed the survivors elect a new one and serve every
-acknowledged record over SASL_SSL.
+acknowledged record over SASL_SSL. With the ACL authorizer on, alice is
+refused until ACLs made through one broker (kept in ZooKeeper, Kafka's
+``/kafka-acl`` nodes) reach every broker; the brokers' own user is a super
+user, so replication is never refused.
 """
 
 from __future__ import annotations
@@ -24,17 +27,28 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
 from kazoo.client import KazooClient
 
 from system_tests.certs import make_pki
 from system_tests.clients.base import ClientSecurity, librdkafka_options
 from system_tests.cluster.cluster import Cluster, wait_for
 from system_tests.harness import free_port
+from system_tests.test_acls import Conn
+
+# DescribeAcls of everything.
+EVERY_ACL = dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                 principal_filter=None, host_filter=None, operation=1, permission_type=1)
 
 ADMIN_PASSWORD = "broker-admin-Secret"
 ALICE_PASSWORD = "alice-cluster-Secret"
@@ -58,6 +72,40 @@ def _metric(port: int, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def grant_alice(admin: AdminClient, topic: str, cluster: Cluster, secure: dict[int, int]
+                ) -> None:
+    """READ and WRITE on the topic and READ on its reader group for alice,
+    created through one broker; returns once every broker has them."""
+    bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice",
+                           "*", op, AclPermissionType.ALLOW)
+                for op in (AclOperation.READ, AclOperation.WRITE)]
+    bindings.append(AclBinding(ResourceType.GROUP, f"{topic}-reader", ResourcePatternType.LITERAL,
+                               "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW))
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=30)
+    try:
+        stored = json.loads(zk.get(f"/kafka-acl/Topic/{topic}")[0])
+    finally:
+        zk.stop()
+        zk.close()
+    assert sorted((e["principal"], e["operation"], e["permissionType"], e["host"])
+                  for e in stored["acls"]) == [("User:alice", "Read", "Allow", "*"),
+                                               ("User:alice", "Write", "Allow", "*")]
+
+    def seen_by(n: int) -> bool:
+        conn = Conn(cluster.brokers[n].port)
+        try:
+            resp = conn.call(DescribeAclsRequest[2](**EVERY_ACL), 2, DescribeAclsResponse)
+        finally:
+            conn.close()
+        return sum(len(r.acls) for r in resp.resources) == 3
+
+    for n in cluster.brokers:
+        wait_for(f"broker {n} to enforce the new ACLs", lambda n=n: seen_by(n))
 
 
 def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
@@ -89,6 +137,10 @@ def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_pem),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca_pem),
             "tierd.metrics.port": str(metrics[n]),
+            # ACLs in ZooKeeper; the brokers' own user and the harness's
+            # PLAINTEXT listener are super users.
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
         })
     cluster.start()
 
@@ -116,17 +168,23 @@ def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
                                                  password=ALICE_PASSWORD))
     bootstrap = ",".join(f"127.0.0.1:{secure[n]}" for n in sorted(cluster.brokers))
 
-    def produce(values: list[str]) -> None:
-        errors: list[object] = []
+    def produce(values: list[str], timeout_ms: int = 60000) -> list[str]:
+        errors: list[str] = []
         producer = Producer({"bootstrap.servers": bootstrap, **as_alice, "acks": "all",
-                             "enable.idempotence": True, "message.timeout.ms": 60000})
+                             "enable.idempotence": True, "message.timeout.ms": timeout_ms})
         for value in values:
             producer.produce(topic, value.encode(), partition=0,
-                             on_delivery=lambda err, _msg: errors.append(err) if err else None)
+                             on_delivery=lambda err, _msg: errors.append(err.name()) if err
+                             else None)
         assert producer.flush(90) == 0
-        assert errors == []
+        return errors
 
-    produce([f"before-{i}" for i in range(200)])
+    # Without ACLs alice may not write; ACLs made through broker 1 are kept
+    # in ZooKeeper (Kafka's nodes) and enforced by every broker.
+    assert set(produce(["refused"], timeout_ms=10000)) == {"TOPIC_AUTHORIZATION_FAILED"}
+    grant_alice(admin, topic, cluster, secure)
+
+    assert produce([f"before-{i}" for i in range(200)]) == []
     wait_for("every replica in sync over SASL_SSL",
              lambda: cluster.partitions(topic)[0]["isr"] == [1, 2, 3])
     # Brokers authenticated to each other with SCRAM on SECURE.
@@ -136,7 +194,7 @@ def test_replication_and_failover_over_sasl_ssl(cluster: Cluster, topic: str,
 
     leader = cluster.leader(topic, 0)
     cluster.brokers[leader].kill()
-    produce([f"after-{i}" for i in range(100)])
+    assert produce([f"after-{i}" for i in range(100)]) == []
     survivor = next(n for n in cluster.live)
 
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{secure[survivor]}", **as_alice,
