@@ -34,6 +34,7 @@ from broker.security.guards import authorize_and_handle
 from broker.security.sasl import SaslAuthenticator, SaslFailure
 from broker.security.scram import AuthenticationFailed
 from broker.security.tls import ANONYMOUS, ServerTls, principal_of
+from broker.security.tls_stream import TlsStream
 from config.security import SASL_MECHANISMS
 from protocol import api, broker_apis
 from protocol.errors import ErrorCode
@@ -167,7 +168,7 @@ class Connection:
         self.setup_scope.deadline = math.inf
 
     async def _tls_handshake(self, tls: ServerTls) -> None:
-        stream = trio.SSLStream(self.socket_stream, tls.context(), server_side=True)
+        stream = TlsStream(self.socket_stream, tls.context())
         try:
             await stream.do_handshake()
         except trio.BrokenResourceError as exc:
