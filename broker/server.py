@@ -31,6 +31,7 @@ from broker.handlers import HANDLERS
 from broker.handlers.fetch import replica_id
 from broker.security import ListenerSecurity
 from broker.security.guards import authorize_and_handle
+from broker.security.principal_rules import NoMatchingRule
 from broker.security.sasl import SaslAuthenticator, SaslFailure
 from broker.security.scram import AuthenticationFailed
 from broker.security.tls import ANONYMOUS, ServerTls, principal_of
@@ -178,7 +179,14 @@ class Connection:
             self.ctx.metrics.failed_authentications.labels(self.listener, "TLS", reason).inc()
             raise CloseConnection("tls_handshake") from None
         self.stream = stream
-        principal = principal_of(stream)
+        try:
+            principal = principal_of(stream, tls.mapper)
+        except NoMatchingRule as exc:
+            log.warning("TLS client refused", peer=self.peer, listener=self.listener,
+                        reason=str(exc))
+            self.ctx.metrics.failed_authentications.labels(
+                self.listener, "TLS", "no_matching_principal_rule").inc()
+            raise CloseConnection("tls_principal") from None
         self.session = replace(self.session, principal=principal)
         if principal != ANONYMOUS:
             self.ctx.metrics.authentications.labels(self.listener, "TLS").inc()

@@ -80,7 +80,9 @@ DEFS: list[ConfigDef] = [
     ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
               "Check the peer's host name in inter-broker TLS ('https'), or not (empty)."),
     ConfigDef("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
-              "Principal of a TLS client: DEFAULT is the certificate's subject (RFC 2253)."),
+              "Principal of a TLS client: rules tried in order on the certificate's subject "
+              "(RFC 2253), RULE:pattern/replacement/[LU] (e.g. RULE:^CN=(.*?),.*$/$1/L) or "
+              "DEFAULT (the subject itself); a subject no rule matches is refused."),
     ConfigDef("sasl.enabled.mechanisms", T.LIST, ["GSSAPI"],
               "SASL mechanisms offered on SASL listeners (PLAIN, SCRAM-SHA-256, "
               "SCRAM-SHA-512; Kafka's default GSSAPI is refused)."),

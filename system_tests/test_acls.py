@@ -4,7 +4,8 @@ One broker for the module with ``authorizer.class.name`` set,
 ``allow.everyone.if.no.acl.found=false`` and super users ``User:admin`` and
 ``User:ANONYMOUS`` (the PLAINTEXT listener stands for an operator's internal
 listener). Clients come in as ``alice`` (SASL PLAIN), or with alice's client
-certificate over mutual TLS (principal ``User:CN=alice,OU=eng,O=tierd-tests``).
+certificate over mutual TLS (its subject ``CN=alice,OU=eng,O=tierd-tests``
+mapped by ``ssl.principal.mapping.rules`` to the principal ``User:alice@eng``).
 
 The table test walks Kafka's operation/resource matrix: for every API,
 alice's request is refused with the API's authorization error while she
@@ -75,6 +76,10 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
 AUTH_CODES = {ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED,
               ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
               ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+# Certificate subjects become user@unit principals (KIP-371 rules).
+MTLS_RULES = r"RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L,DEFAULT"
+MTLS_PRINCIPAL = "User:alice@eng"  # from ALICE_SUBJECT
 
 # Resources of the table test (created by the fixture).
 T, G, X = "acl-t", "acl-g", "acl-txn"
@@ -194,6 +199,7 @@ def acl_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_pem),
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca_pem),
         "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": MTLS_RULES,
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:admin;User:ANONYMOUS",
         "allow.everyone.if.no.acl.found": "false",
@@ -603,6 +609,7 @@ def test_clients_with_acls_managed_through_the_admin_api(acl_broker: AclBroker) 
 
 
 def test_mutual_tls_principal_in_acls(acl_broker: AclBroker) -> None:
+    assert ALICE_SUBJECT == "CN=alice,OU=eng,O=tierd-tests"  # what MTLS_PRINCIPAL is made of
     acl_broker.revoke_all()
     topic = "acl-mtls-" + uuid.uuid4().hex[:6]
     create_topic(acl_broker.broker.bootstrap, topic, 1)
@@ -614,7 +621,7 @@ def test_mutual_tls_principal_in_acls(acl_broker: AclBroker) -> None:
     assert _produce_errors(tls, options, topic) == ["TOPIC_AUTHORIZATION_FAILED"]
     # librdkafka's consumer looks its (unused) group's coordinator up: any group.
     acl_broker.grant([(TOPIC, topic, LITERAL, "WRITE"), (TOPIC, topic, LITERAL, "READ"),
-                      (GROUP, "*", LITERAL, "DESCRIBE")], principal="User:" + ALICE_SUBJECT)
+                      (GROUP, "*", LITERAL, "DESCRIBE")], principal=MTLS_PRINCIPAL)
     messages = [OutMessage(0, b"k", f"v{n}".encode(), ()) for n in range(10)]
     assert len(DRIVERS["kafka-python"].produce(tls, topic, messages, security=security)) == 10
     assert len(DRIVERS["confluent"].consume(tls, topic, {0: 0}, security=security)) == 10

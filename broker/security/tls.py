@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from broker.security.principal_rules import PrincipalMapper
 from config import BrokerConfig
 from config.defs import ConfigError
 from config.listeners import Listener
@@ -211,15 +211,25 @@ def _protocol_bounds(ctx: ssl.SSLContext, s: TlsSettings) -> None:
     ctx.maximum_version = max(versions)
 
 
+def principal_mapper(s: TlsSettings) -> PrincipalMapper:
+    """The listener's ``ssl.principal.mapping.rules``.
+
+    Raises:
+        ConfigError: a rule that cannot be parsed.
+    """
+    try:
+        return PrincipalMapper(s.principal_rules)
+    except ValueError as exc:
+        raise ConfigError("ssl.principal.mapping.rules", s.principal_rules, str(exc)) from None
+
+
 def build_server_context(s: TlsSettings) -> ssl.SSLContext:
     """The SSLContext of one listener.
 
     Raises:
         ConfigError: unreadable or inconsistent TLS settings.
     """
-    if s.principal_rules.strip() != "DEFAULT":
-        raise ConfigError("ssl.principal.mapping.rules", s.principal_rules,
-                          "only DEFAULT (the certificate subject) is supported")
+    principal_mapper(s)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _protocol_bounds(ctx, s)
     if s.cipher_suites:
@@ -262,6 +272,7 @@ class ServerTls:
         self.listener = listener.name
         self._settings = TlsSettings.of(config, listener.name)
         self._context = build_server_context(self._settings)
+        self.mapper = principal_mapper(self._settings)
         self._state = _file_state(self._settings.files())
         self._checked = clock()
         self._clock = clock
@@ -289,12 +300,17 @@ class ServerTls:
         log.info("TLS key files reloaded", listener=self.listener)
 
 
-def principal_of(ssl_object: ssl.SSLObject | trio.SSLStream[Any] | None) -> str:
-    """Kafka's DEFAULT principal of a TLS peer: its certificate subject (RFC 2253)."""
+def principal_of(ssl_object: Any, mapper: PrincipalMapper | None = None) -> str:
+    """Kafka's principal of a TLS peer: its certificate subject (RFC 2253),
+    mapped by ``ssl.principal.mapping.rules``; ANONYMOUS without a certificate.
+
+    Raises:
+        NoMatchingRule: no mapping rule applies to the subject.
+    """
     if ssl_object is None:
         return ANONYMOUS
     der = ssl_object.getpeercert(binary_form=True)
     if not der:
         return ANONYMOUS
-    subject = x509.load_der_x509_certificate(der).subject
-    return "User:" + subject.rfc4514_string()
+    subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return "User:" + (mapper.name(subject) if mapper is not None else subject)

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from broker.security.principal_rules import NoMatchingRule, PrincipalMapper
 from broker.security.sasl import SaslAuthenticator, SaslFailure, SaslSettings, parse_jaas
 from broker.security.scram import (
     AuthenticationFailed,
@@ -218,9 +219,9 @@ def test_tls_context_checks(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         build_server_context(_settings(keystore_type="PKCS12",
                                        keystore_location=str(tmp_path / "missing.p12")))
-    with pytest.raises(ConfigError, match="only DEFAULT"):
+    with pytest.raises(ConfigError, match="invalid rule"):
         build_server_context(_settings(keystore_location=str(server),
-                                       principal_rules="RULE:^CN=(.*)$/$1/"))
+                                       principal_rules="RULE:^CN=(.*)$/$1"))
     ctx = build_server_context(_settings(keystore_location=str(server),
                                          truststore_location=str(server),
                                          client_auth="requested",
@@ -247,6 +248,32 @@ async def test_principal_is_the_client_certificate_subject(tmp_path: Path) -> No
         nursery.start_soon(cli.do_handshake)
     assert principal_of(srv) == "User:CN=alice,O=Org\\, Inc,C=DE"
     assert principal_of(None) == "User:ANONYMOUS"
+    mapper = PrincipalMapper(r"RULE:^CN=bob,.*$/bob/,RULE:^CN=(.*?),O=(.*?),C=.*$/$1@$2/L")
+    assert principal_of(srv, mapper) == "User:alice@org\\, inc"
+    with pytest.raises(NoMatchingRule):
+        principal_of(srv, PrincipalMapper("RULE:^CN=bob,.*$/bob/"))
+
+
+# Kafka's documented example rules and names (KIP-371).
+KAFKA_RULES = (r"RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
+               r"RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+               r"RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U, DEFAULT")
+
+
+@pytest.mark.parametrize("dn, name", [
+    ("CN=serviceuser,OU=ServiceUsers,O=Unknown,L=Unknown,ST=Unknown,C=Unknown", "serviceuser"),
+    ("CN=adminUser,OU=Admin,O=Unknown,L=Unknown,ST=Unknown,C=Unknown", "adminuser@admin"),
+    ("CN=kafka1,O=Apache", "KAFKA1"),
+    ("OU=no-common-name", "OU=no-common-name"),
+])
+def test_principal_mapping_rules(dn: str, name: str) -> None:
+    assert PrincipalMapper(KAFKA_RULES).name(dn) == name
+
+
+@pytest.mark.parametrize("rules", ["RULE:abc", "NOPE", "RULE:^CN=(.*$/$1/", "RULE:x/y/Q", ""])
+def test_bad_principal_mapping_rules_are_refused(rules: str) -> None:
+    with pytest.raises(ValueError):
+        PrincipalMapper(rules)
 
 
 # -- connection limits ----------------------------------------------------------------
