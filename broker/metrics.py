@@ -66,6 +66,13 @@ class BrokerMetrics:
         self.throttle_seconds = Counter(
             "tierd_quota_throttle_seconds", "Throttle time given to clients over a quota",
             ["quota"], registry=r)
+        self.reauthentications = Counter(
+            "tierd_reauthentications", "SASL sessions renewed by re-authentication (KIP-368)",
+            ["listener", "mechanism"], registry=r)
+        self.expired_sessions = Counter(
+            "tierd_expired_sessions",
+            "Connections closed for using a SASL session past connections.max.reauth.ms",
+            ["listener"], registry=r)
         self.authorization_denied = Counter(
             "tierd_authorization_denied", "Operations refused by the ACL authorizer",
             ["operation", "resource_type"], registry=r)

@@ -16,7 +16,6 @@ the connection too; the broker keeps serving everyone else.
 from __future__ import annotations
 
 import math
-import ssl
 import struct
 import time
 from dataclasses import replace
@@ -28,16 +27,15 @@ import trio
 from broker import zero_copy
 from broker.context import BrokerContext, Session, client_host, session
 from broker.handlers import HANDLERS
-from broker.handlers.fetch import replica_id
-from broker.security import ListenerSecurity
+from broker.security import ListenerSecurity, throttling
 from broker.security.guards import authorize_and_handle
 from broker.security.principal_rules import NoMatchingRule
 from broker.security.sasl import SaslAuthenticator, SaslFailure
 from broker.security.scram import AuthenticationFailed
 from broker.security.tls import ANONYMOUS, ServerTls, principal_of
-from broker.security.tls_stream import TlsStream
+from broker.security.tls_stream import TlsStream, failure_reason
 from config.security import SASL_MECHANISMS
-from protocol import api, broker_apis
+from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
 from storage.log.file_slice import ShortFileSlice
@@ -52,28 +50,6 @@ RECEIVE_BYTES = 256 * 1024
 # Failure reasons counted as themselves; any other is "invalid_credentials"
 # (messages may carry user input and must not become label values).
 _BOUNDED_REASONS = frozenset({"unsupported mechanism", "second SaslHandshake"})
-
-
-PRODUCE_KEY, FETCH_KEY = 0, 1
-# Requests between brokers are never throttled by client quotas.
-_EXEMPT_FROM_QUOTAS = frozenset(broker_apis.INTER_BROKER) | {27}  # 27: WriteTxnMarkers
-
-
-def _fetched_bytes(response: Any) -> int:
-    """Record bytes in a Fetch response (file slices and large bytes counted
-    at their real length, not their markers')."""
-    real = {}
-    body = response
-    if isinstance(response, zero_copy.SplicedResponse):
-        real = {marker: len(data) for marker, data in response.slices}
-        body = response.response
-    total = 0
-    for topic in body.responses:
-        for part in topic.partitions:
-            records = part.records
-            if records:
-                total += real.get(records, len(records))
-    return total
 
 
 class CloseConnection(Exception):
@@ -106,6 +82,10 @@ class Connection:
         self.close_after_send = False
         # A client over its quota is not read from until then (KIP-219).
         self.mute_until = 0.0
+        # KIP-368: when the authenticated session ends (trio time; inf: never),
+        # and a re-authentication under way.
+        self.session_ends = math.inf
+        self.reauth: SaslAuthenticator | None = None
 
     async def serve(self) -> None:
         ip = self.peer.rpartition(":")[0]
@@ -173,7 +153,7 @@ class Connection:
         try:
             await stream.do_handshake()
         except trio.BrokenResourceError as exc:
-            reason = _tls_reason(exc.__cause__)
+            reason = failure_reason(exc.__cause__)
             log.warning("TLS handshake failed", peer=self.peer, listener=self.listener,
                         reason=reason)
             self.ctx.metrics.failed_authentications.labels(self.listener, "TLS", reason).inc()
@@ -258,9 +238,46 @@ class Connection:
         raise CloseConnection(reason)
 
     async def _handle(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
-        if self.sasl is not None and not self.sasl.complete:
-            return await self._authenticate(frame, self.sasl)
+        sasl = self.reauth or self.sasl
+        if sasl is not None and not sasl.complete:
+            return await self._authenticate(frame, sasl)
+        if self.session_ends < math.inf:
+            return await self._handle_in_session(frame)
         return await self._handle_request(frame)
+
+    async def _handle_in_session(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
+        """KIP-368: a SaslHandshake starts a re-authentication; anything else
+        after the session's end closes the connection."""
+        assert self.security is not None and self.security.sasl is not None
+        key, version = struct.unpack_from(">hh", frame) if len(frame) >= 4 else (-1, -1)
+        if key == api.SASL_HANDSHAKE_KEY:
+            if version < 1:
+                self._reject("sasl_state", "re-authentication needs SaslHandshake v1 or later",
+                             listener=self.listener)
+            self.reauth = SaslAuthenticator(self.security.sasl)
+            return await self._authenticate(frame, self.reauth)
+        if trio.current_time() >= self.session_ends:
+            log.info("closing connection", peer=self.peer, listener=self.listener,
+                     reason="session_expired", principal=self.session.principal,
+                     detail="not re-authenticated within connections.max.reauth.ms")
+            self.ctx.metrics.expired_sessions.labels(self.listener).inc()
+            raise CloseConnection("session_expired")
+        return await self._handle_request(frame)
+
+    async def _exchange(self, sasl: SaslAuthenticator, token: bytes) -> bytes:
+        """One SASL token's answer; a re-authentication must keep the
+        connection's principal and mechanism (as in Kafka).
+
+        Raises:
+            AuthenticationFailed: wrong credentials, or another principal.
+        """
+        answer = await sasl.exchange(token)
+        if sasl.complete and sasl is self.reauth and self.sasl is not None and (
+                sasl.principal != self.session.principal
+                or sasl.mechanism != self.sasl.mechanism):
+            raise AuthenticationFailed("re-authentication cannot change the principal or "
+                                       "mechanism")
+        return answer
 
     # -- SASL ------------------------------------------------------------------------
 
@@ -270,7 +287,7 @@ class Connection:
         ``broker.security.sasl`` for what is allowed)."""
         if sasl.raw_tokens:
             try:
-                answer = await sasl.exchange(frame)
+                answer = await self._exchange(sasl, frame)
             except AuthenticationFailed as exc:
                 # SaslHandshake v0 has no way to carry an error: close.
                 await self._auth_failed(sasl, str(exc))
@@ -306,7 +323,7 @@ class Connection:
             return api.encode_response(header, response)
         resp_cls = spec.response[version]
         try:
-            token = await sasl.exchange(request.auth_bytes or b"")
+            token = await self._exchange(sasl, request.auth_bytes or b"")
         except AuthenticationFailed as exc:
             self.ctx.metrics.error(spec.name, ErrorCode.SASL_AUTHENTICATION_FAILED)
             await self._auth_failed(sasl, str(exc))
@@ -314,10 +331,14 @@ class Connection:
             return api.encode_response(header, resp_cls(
                 error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(exc),
                 auth_bytes=b"", session_lifetime_ms=0))
+        lifetime_ms = 0
         if sasl.complete:
             self._authenticated(sasl)
+            assert self.security is not None
+            lifetime_ms = int(self.security.reauth_s * 1000)
         return api.encode_response(header, resp_cls(error_code=0, error_message=None,
-                                                    auth_bytes=token, session_lifetime_ms=0))
+                                                    auth_bytes=token,
+                                                    session_lifetime_ms=lifetime_ms))
 
     async def _auth_failed(self, sasl: SaslAuthenticator, reason: str,
                            mechanism: str | None = None) -> None:
@@ -333,6 +354,15 @@ class Connection:
 
     def _authenticated(self, sasl: SaslAuthenticator) -> None:
         assert sasl.principal is not None and sasl.mechanism is not None
+        assert self.security is not None
+        if self.security.reauth_s > 0:
+            self.session_ends = trio.current_time() + self.security.reauth_s
+        if sasl is self.reauth:
+            self.sasl, self.reauth = sasl, None
+            self.ctx.metrics.reauthentications.labels(self.listener, sasl.mechanism).inc()
+            log.debug("client re-authenticated", peer=self.peer, listener=self.listener,
+                      principal=sasl.principal)
+            return
         self.session = replace(self.session, principal=sasl.principal)
         session.set(self.session)
         self._setup_done()
@@ -374,8 +404,12 @@ class Connection:
                                                       header, request, handler)
             if response is not None and self.ctx.quotas is not None \
                     and self.ctx.quotas.quotas.entries:
-                self._apply_quotas(header, request, response, len(frame),
-                                   time.perf_counter() - started)
+                throttle_ms = throttling.apply(self.ctx, self.session, header, request,
+                                               response, len(frame),
+                                               time.perf_counter() - started)
+                if throttle_ms > 0:
+                    self.mute_until = max(self.mute_until,
+                                          trio.current_time() + throttle_ms / 1000)
             encoded: bytes | list[zero_copy.Part] | None
             if isinstance(response, zero_copy.SplicedResponse):
                 encoded = response.encode(header, spec.is_flexible(header.api_version))
@@ -393,37 +427,6 @@ class Connection:
             self.ctx.metrics.latency.labels(spec.name).observe(time.perf_counter() - started)
         return encoded
 
-    def _apply_quotas(self, header: api.RequestHeader, request: Any, response: Any,
-                      request_bytes: int, elapsed_s: float) -> None:
-        """Record this request against its client's quotas; if over, put the
-        throttle time in the response and mute the connection that long."""
-        assert self.ctx.quotas is not None
-        key = header.api_key
-        if key in _EXEMPT_FROM_QUOTAS or (key == FETCH_KEY and replica_id(
-                request, header.api_version) >= 0):
-            return
-        quotas = self.ctx.quotas.quotas
-        user = self.session.principal.removeprefix("User:")
-        client = header.client_id or ""
-        throttle = quotas.record(user, client, "request_percentage", elapsed_s * 100)
-        kind = "request"
-        if key == PRODUCE_KEY:
-            produce = quotas.record(user, client, "producer_byte_rate", request_bytes)
-            if produce > throttle:
-                throttle, kind = produce, "produce"
-        elif key == FETCH_KEY:
-            fetch = quotas.record(user, client, "consumer_byte_rate", _fetched_bytes(response))
-            if fetch > throttle:
-                throttle, kind = fetch, "fetch"
-        if throttle <= 0:
-            return
-        body = response.response if isinstance(response, zero_copy.SplicedResponse) else response
-        if hasattr(body, "throttle_time_ms"):
-            body.throttle_time_ms = int(throttle)
-        self.mute_until = max(self.mute_until, trio.current_time() + throttle / 1000)
-        self.ctx.metrics.throttled.labels(kind).inc()
-        self.ctx.metrics.throttle_seconds.labels(kind).inc(throttle / 1000)
-
     def _unsupported(self, header: api.RequestHeader) -> bytes:
         if header.api_key == api.API_VERSIONS_KEY:
             log.info("ApiVersions version unsupported; answering v0", peer=self.peer,
@@ -435,17 +438,6 @@ class Connection:
                      api_key=header.api_key, api_version=header.api_version,
                      client_id=header.client_id)
         raise AssertionError("unreachable")
-
-
-def _tls_reason(exc: BaseException | None) -> str:
-    """A short, bounded label for a failed handshake (never secret material)."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return "certificate_" + {10: "expired", 18: "self_signed", 19: "self_signed_in_chain",
-                                 20: "untrusted_issuer"}.get(exc.verify_code, "rejected")
-    if isinstance(exc, ssl.SSLError):
-        reason = (exc.reason or "ssl_error").lower()
-        return reason if reason.replace("_", "").isalnum() and len(reason) < 60 else "ssl_error"
-    return "connection_lost"
 
 
 async def serve(ctx: BrokerContext, security: ListenerSecurity,

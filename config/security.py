@@ -103,6 +103,11 @@ DEFS: list[ConfigDef] = [
     ConfigDef("max.connection.creation.rate", T.INT, INT_MAX,
               "New connections per second a listener (or the broker) takes on; faster "
               "arrivals wait.", at_least=0),
+    ConfigDef("connections.max.reauth.ms", T.LONG, 0,
+              "KIP-368: a SASL client must authenticate again within this long (it is told "
+              "in SaslAuthenticate's session lifetime); a connection whose session expired "
+              "is closed at its next request other than re-authentication. 0: never.",
+              at_least=0),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000,
               "A connection that sends nothing for this long is closed.", at_least=1),
     ConfigDef("quota.window.num", T.INT, 11, "Samples a client quota's rate is measured over.",

@@ -59,7 +59,7 @@ ssl.principal.mapping.rules sasl.enabled.mechanisms sasl.mechanism.inter.broker.
 sasl.jaas.config connection.failed.authentication.delay.ms max.connections
 max.connections.per.ip max.connections.per.ip.overrides max.connection.creation.rate
 connections.max.idle.ms quota.window.num quota.window.size.seconds
-authorizer.class.name super.users allow.everyone.if.no.acl.found log.dirs log.dir num.partitions
+authorizer.class.name super.users allow.everyone.if.no.acl.found connections.max.reauth.ms log.dirs log.dir num.partitions
 default.replication.factor auto.create.topics.enable delete.topic.enable message.max.bytes
 socket.request.max.bytes log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
 log.roll.jitter.hours log.index.size.max.bytes log.index.interval.bytes

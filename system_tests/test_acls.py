@@ -51,6 +51,7 @@ from kafka.protocol.sasl import (
 
 from protocol import broker_apis, records, tierd_apis
 from protocol.errors import ErrorCode
+from system_tests import javatool
 from system_tests._proc import (
     TierdProc,
     encode_request,
@@ -66,6 +67,7 @@ from system_tests.admin import create_topic
 from system_tests.certs import ALICE_SUBJECT, Pki, make_pki
 from system_tests.clients import DRIVERS
 from system_tests.clients.base import ClientSecurity, librdkafka_options
+from system_tests.clients.java_client import prop_args
 from system_tests.harness import free_port
 from system_tests.messages import OutMessage
 
@@ -642,4 +644,29 @@ def test_acls_survive_a_restart(acl_broker: AclBroker) -> None:
         assert [t.name for t in listing.topics] == [T]
     finally:
         conn.close()
+    acl_broker.revoke_all()
+
+
+def test_java_admin_client_manages_acls(acl_broker: AclBroker) -> None:
+    """What ``kafka-acls --bootstrap-server`` does, through the Java admin client."""
+    acl_broker.revoke_all()
+    topic = "acl-java-" + uuid.uuid4().hex[:6]
+    create_topic(acl_broker.broker.bootstrap, topic, 1)
+    sasl = f"127.0.0.1:{acl_broker.ports['SASL_PLAINTEXT']}"
+    admin = ["admin", "--bootstrap", sasl, *prop_args(ClientSecurity(
+        "SASL_PLAINTEXT", mechanism="PLAIN", username="admin", password=ADMIN_PASSWORD))]
+    acls = ["TOPIC|PREFIXED|acl-java-|User:alice|*|WRITE|ALLOW",
+            "TRANSACTIONAL_ID|LITERAL|java-txn|User:alice|*|ALL|DENY"]
+    assert javatool.run([*admin, "create-acls", *(a for acl in acls for a in ("--acl", acl))])[
+        "created"] == 2
+    assert javatool.run([*admin, "describe-acls"])["acls"] == sorted(acls)
+    messages = [OutMessage(0, b"k", f"v{n}".encode(), ()) for n in range(5)]
+    assert len(DRIVERS["java"].produce(sasl, topic, messages,
+                                       security=_plain("SASL_PLAINTEXT"))) == 5
+    assert javatool.run([*admin, "delete-acls", "--acl", acls[0]])["deleted"] == [acls[0]]
+    assert javatool.run([*admin, "describe-acls"])["acls"] == [acls[1]]
+    # alice may not manage ACLs: the Java client reports Kafka's error.
+    as_alice = ["admin", "--bootstrap", sasl, *prop_args(_plain("SASL_PLAINTEXT"))]
+    refused = javatool.run([*as_alice, "describe-acls"], check=False)
+    assert refused["_exit"] != 0 and "ClusterAuthorization" in str(refused)
     acl_broker.revoke_all()

@@ -24,6 +24,8 @@ class ListenerSecurity:
     setup_timeout_s: float
     failed_auth_delay_s: float
     idle_timeout_s: float
+    # connections.max.reauth.ms (KIP-368) in seconds; 0: sessions never expire.
+    reauth_s: float = 0.0
     # Shared by every listener of the broker.
     limits: ConnectionLimits | None = None
 
@@ -46,4 +48,6 @@ def build_listener_security(config: BrokerConfig, listener: Listener, metrics: B
         failed_auth_delay_s=config.for_listener(
             listener.name, "connection.failed.authentication.delay.ms") / 1000,
         idle_timeout_s=config.for_listener(listener.name, "connections.max.idle.ms") / 1000,
+        reauth_s=(config.for_listener(listener.name, "connections.max.reauth.ms") / 1000
+                  if sasl is not None else 0.0),
         limits=limits)

@@ -153,3 +153,14 @@ class TlsStream(trio.abc.Stream):
             await self._flush_quietly()
         finally:
             await self.transport.aclose()
+
+
+def failure_reason(exc: BaseException | None) -> str:
+    """A short, bounded label for a failed handshake (never secret material)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "certificate_" + {10: "expired", 18: "self_signed", 19: "self_signed_in_chain",
+                                 20: "untrusted_issuer"}.get(exc.verify_code, "rejected")
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or "ssl_error").lower()
+        return reason if reason.replace("_", "").isalnum() and len(reason) < 60 else "ssl_error"
+    return "connection_lost"

@@ -473,6 +473,9 @@ public final class KafkaTool {
                     case "alter-configs" -> alterConfigs(admin, args);
                     case "delete-topics" -> deleteTopics(admin, args.all("topic"));
                     case "describe-cluster" -> describeCluster(admin);
+                    case "create-acls" -> createAcls(admin, args.all("acl"));
+                    case "describe-acls" -> describeAcls(admin);
+                    case "delete-acls" -> deleteAcls(admin, args.all("acl"));
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -604,6 +607,51 @@ public final class KafkaTool {
         static Map<String, Object> deleteTopics(Admin admin, List<String> names) throws Exception {
             admin.deleteTopics(names).all().get();
             return Map.of("deleted", names);
+        }
+
+        /** An ACL written resourceType|patternType|name|principal|host|operation|permission. */
+        static org.apache.kafka.common.acl.AclBinding acl(String text) {
+            String[] f = text.split("\\|", -1);
+            if (f.length != 7) throw new IllegalArgumentException("bad --acl " + text);
+            return new org.apache.kafka.common.acl.AclBinding(
+                    new org.apache.kafka.common.resource.ResourcePattern(
+                            org.apache.kafka.common.resource.ResourceType.fromString(f[0]), f[2],
+                            org.apache.kafka.common.resource.PatternType.fromString(f[1])),
+                    new org.apache.kafka.common.acl.AccessControlEntry(f[3], f[4],
+                            org.apache.kafka.common.acl.AclOperation.fromString(f[5]),
+                            org.apache.kafka.common.acl.AclPermissionType.fromString(f[6])));
+        }
+
+        static String text(org.apache.kafka.common.acl.AclBinding b) {
+            return String.join("|", b.pattern().resourceType().toString(),
+                    b.pattern().patternType().toString(), b.pattern().name(), b.entry().principal(),
+                    b.entry().host(), b.entry().operation().toString(),
+                    b.entry().permissionType().toString());
+        }
+
+        static Map<String, Object> createAcls(Admin admin, List<String> acls) throws Exception {
+            List<org.apache.kafka.common.acl.AclBinding> bindings = new ArrayList<>();
+            for (String a : acls) bindings.add(acl(a));
+            admin.createAcls(bindings).all().get();
+            return Map.of("created", acls.size());
+        }
+
+        static Map<String, Object> describeAcls(Admin admin) throws Exception {
+            List<String> out = new ArrayList<>();
+            for (var b : admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get()) {
+                out.add(text(b));
+            }
+            Collections.sort(out);
+            return Map.of("acls", out);
+        }
+
+        static Map<String, Object> deleteAcls(Admin admin, List<String> acls) throws Exception {
+            List<org.apache.kafka.common.acl.AclBindingFilter> filters = new ArrayList<>();
+            for (String a : acls) filters.add(acl(a).toFilter());
+            List<String> out = new ArrayList<>();
+            for (var b : admin.deleteAcls(filters).all().get()) out.add(text(b));
+            Collections.sort(out);
+            return Map.of("deleted", out);
         }
 
         static Map<String, Object> describeCluster(Admin admin) throws Exception {
