@@ -169,3 +169,29 @@ def test_local_store_persists_and_deletes(tmp_path: object) -> None:
 def test_every_api_has_a_guard() -> None:
     """Fail closed: an API served with no guard would be refused."""
     assert set(api.SUPPORTED) - set(GUARDS) == set()
+
+
+def test_an_api_without_a_guard_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed at run time too: the handler never runs."""
+    from types import SimpleNamespace
+
+    from broker.metrics import BrokerMetrics
+    from broker.security import guards
+    from protocol.api import RequestHeader
+    from protocol.errors import ErrorCode
+
+    monkeypatch.delitem(guards.GUARDS, 60)  # DescribeCluster
+    ctx = SimpleNamespace(metrics=BrokerMetrics())
+    called = []
+
+    async def handler(*args: object) -> None:
+        called.append(args)
+
+    async def main() -> object:
+        return await guards.authorize_and_handle(
+            ctx, authorizer(supers=ALICE), RequestHeader(60, 0, 1, "c", 0), None,  # type: ignore[arg-type]
+            handler)
+
+    response = trio.run(main)
+    assert response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+    assert called == []
