@@ -122,7 +122,7 @@ rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
 rsm.config.path.style.access rsm.config.upload.part.size rsm.config.retry.max.attempts
 rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connections
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
-rsm.config.fetch.prefetch.threads
+rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.

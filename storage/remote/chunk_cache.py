@@ -12,7 +12,9 @@ reader asks for past its budget is not fetched twice.
 * Cache: chunks are kept in memory, least recently used first out, bounded
   in bytes by rsm.config.fetch.chunk.cache.size (default 64 MiB; 0 turns the
   cache and prefetch off, every read then goes to the store as asked).
-  Hits, misses, evictions and prefetches are counted.
+  Hits, misses, evictions and prefetches are counted. With
+  rsm.config.fetch.chunk.cache.disk.size set, chunks let go from memory go to
+  a disk tier (``chunk_disk``), which a miss reads before the store.
 * Single flight: a chunk is never fetched twice at once. A reader that
   needs a chunk already being fetched (by another reader or by prefetch)
   waits for that fetch; a failed fetch fails its waiters and is forgotten,
@@ -49,6 +51,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import io
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -60,6 +63,8 @@ import structlog
 
 from config.defs import ConfigDef
 from config.defs import ConfigType as T
+from storage.remote.chunk_disk import CACHE_DIR as DISK_DIR
+from storage.remote.chunk_disk import DiskChunkTier
 from storage.remote.rsm import RSM_CONFIG_PREFIX, parse_rsm_config
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
@@ -76,6 +81,10 @@ CONFIG_DEFS: list[ConfigDef] = [
     ConfigDef(RSM_CONFIG_PREFIX + "fetch.chunk.cache.size", T.LONG, 64 * 1024 * 1024,
               "Bytes of remote segment chunks kept in memory (least recently used out); "
               "0 turns the chunk cache and prefetch off.", at_least=0),
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.chunk.cache.disk.size", T.LONG, 0,
+              "Bytes of chunks kept on local disk (under <log.dir>/remote-chunk-cache/) once "
+              "the memory cache lets them go, read before going to the store; 0: no disk "
+              "tier.", at_least=0),
     ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.chunks", T.INT, 2,
               "Chunks fetched ahead of a sequential remote read; 0 turns prefetch off.",
               at_least=0),
@@ -178,7 +187,8 @@ class ChunkCache:
     reader uses either interchangeably.
     """
 
-    def __init__(self, rsm: Any, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(self, rsm: Any, settings: Mapping[str, str] | None = None,
+                 log_dir: str | None = None) -> None:
         values = parse_rsm_config(CONFIG_DEFS, dict(settings or {}))
         self.rsm = rsm
         self.chunk_size: int = values["fetch.chunk.size"]
@@ -202,6 +212,9 @@ class ChunkCache:
         # Finish the chunks whose first reader has its bytes and went on.
         self._fillers = _started_pool(max(_MIN_FILLERS, values["fetch.prefetch.threads"]),
                                       "remote-chunk-fill") if self.max_bytes else None
+        disk_bytes = values["fetch.chunk.cache.disk.size"]
+        self.disk = (DiskChunkTier(os.path.join(log_dir, DISK_DIR), disk_bytes)
+                     if disk_bytes and self.max_bytes and log_dir is not None else None)
 
     @property
     def cached_bytes(self) -> int:
@@ -336,6 +349,8 @@ class ChunkCache:
                 self.stats.hits += 1  # joins a fetch in flight: no GET of its own
         if not owner:
             return filling.wait_for(lo, hi)
+        if self.disk is not None and self._from_disk(md, index, key, filling, prefetch):
+            return filling.wait_for(lo, hi)
         try:
             stream = self._open(md, index)
         except BaseException as exc:
@@ -357,6 +372,28 @@ class ChunkCache:
                 stream.close()
                 self._failed(key, filling, RemoteStorageError(f"chunk cache closed: {exc}"))
         return filling.wait_for(lo, hi)
+
+    def _from_disk(self, md: RemoteLogSegmentMetadata, index: int, key: _ChunkKey,
+                   filling: _Filling, prefetch: bool) -> bool:
+        """Fill an owned chunk from the disk tier; False if it is not there."""
+        assert self.disk is not None
+        data = self.disk.get(key, len(filling.buf))
+        if data is None:
+            return False
+        filling.add(data)
+        with self._lock:
+            del self._inflight[key]
+            if not prefetch:  # counted a miss when it started: it cost no GET
+                self.stats.misses -= 1
+                self.stats.hits += 1
+            evicted = self._insert(key, filling.buf)
+        self._to_disk(evicted)
+        return True
+
+    def _to_disk(self, evicted: list[tuple[_ChunkKey, bytes | bytearray]]) -> None:
+        if self.disk is not None:
+            for key, data in evicted:
+                self.disk.put(key, data)
 
     def _chunk_length(self, md: RemoteLogSegmentMetadata, index: int) -> int:
         start = index * self.chunk_size
@@ -410,7 +447,8 @@ class ChunkCache:
         with self._lock:
             del self._inflight[key]
             # The buffer itself: it is complete and never written again.
-            self._insert(key, filling.buf)
+            evicted = self._insert(key, filling.buf)
+        self._to_disk(evicted)
 
     def _failed(self, key: _ChunkKey, filling: _Filling, exc: BaseException) -> None:
         with self._lock:
@@ -425,17 +463,25 @@ class ChunkCache:
         if size is not None:
             self._ahead_bytes -= size
 
-    def _insert(self, key: _ChunkKey, data: bytes | bytearray) -> None:
-        """Cache ``data`` (lock held); oldest chunks out beyond the byte bound."""
+    def _insert(self, key: _ChunkKey, data: bytes | bytearray
+                ) -> list[tuple[_ChunkKey, bytes | bytearray]]:
+        """Cache ``data`` (lock held); oldest chunks out beyond the byte bound.
+
+        Returns:
+            The chunks let go (for the disk tier, written outside the lock).
+        """
         if len(data) > self.max_bytes:
-            return
+            return [(key, data)]
         self._chunks[key] = data
         self._bytes += len(data)
+        evicted = []
         while self._bytes > self.max_bytes:
             old_key, old = self._chunks.popitem(last=False)
             self._bytes -= len(old)
             self._not_ahead(old_key)
             self.stats.evictions += 1
+            evicted.append((old_key, old))
+        return evicted
 
     def _prefetch(self, md: RemoteLogSegmentMetadata, first: int, count: int | None = None
                   ) -> None:

@@ -634,4 +634,4 @@ def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any
                               config["remote.log.manager.fetch.quota.window.num"],
                               config["remote.log.manager.fetch.quota.window.size.seconds"],
                               trio.current_time),
-        chunks=ChunkCache(rsm, chunk_settings))
+        chunks=ChunkCache(rsm, chunk_settings, log_dir))

@@ -112,6 +112,7 @@ _BROKER_GAUGES = {
     "RemoteLogReaderAvgIdlePercent": "Idle percentage of the remote reader pool",
     "RemoteLogManagerTasksAvgIdlePercent": "Idle percentage of the copier/expiration pools",
     "RemoteChunkCacheBytes": "Bytes of remote segment chunks cached in memory",
+    "RemoteChunkDiskCacheBytes": "Bytes of remote segment chunks in the disk tier",
 }
 # Broker-wide counts kept by the chunk cache, exposed as counters (``_total``).
 _BROKER_COUNTERS = {
@@ -120,6 +121,8 @@ _BROKER_COUNTERS = {
     "RemoteChunkCacheEvictions": "Chunks dropped from the cache by its byte bound",
     "RemoteChunkPrefetches": "Chunks fetched ahead of sequential remote reads",
     "RemoteChunkFetchBytes": "Bytes of chunks fetched from the store",
+    "RemoteChunkDiskCacheHits": "Chunk reads served from the disk tier instead of the store",
+    "RemoteChunkDiskCacheEvictions": "Chunks dropped from the disk tier by its byte bound",
 }
 
 
@@ -132,7 +135,11 @@ def chunk_cache_metrics(chunks: Any) -> dict[str, float]:
             "RemoteChunkCacheHits": float(s.hits), "RemoteChunkCacheMisses": float(s.misses),
             "RemoteChunkCacheEvictions": float(s.evictions),
             "RemoteChunkPrefetches": float(s.prefetches),
-            "RemoteChunkFetchBytes": float(s.fetch_bytes)}
+            "RemoteChunkFetchBytes": float(s.fetch_bytes),
+            **({} if chunks.disk is None else {
+                "RemoteChunkDiskCacheBytes": float(chunks.disk.cached_bytes),
+                "RemoteChunkDiskCacheHits": float(chunks.disk.stats.hits),
+                "RemoteChunkDiskCacheEvictions": float(chunks.disk.stats.evictions)})}
 
 
 class _GaugeCollector(Collector):

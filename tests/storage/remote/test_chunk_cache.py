@@ -302,3 +302,85 @@ def test_cached_only_reads_serve_memory_and_never_call_the_store(
     assert chunks.fetch_log_segment(seg.metadata, CHUNK - 10, CHUNK + 10) == \
         seg.log[CHUNK - 10:CHUNK + 11]
     assert rsm.ranges == [(0, CHUNK - 1), (CHUNK, 2 * CHUNK - 1)]
+
+
+def _disk_cache(rsm: Recording, log_dir: Any, disk: int, size: int = 2 * CHUNK) -> ChunkCache:
+    return ChunkCache(rsm, {"fetch.chunk.size": str(CHUNK), "fetch.chunk.cache.size": str(size),
+                            "fetch.prefetch.chunks": "0",
+                            "fetch.chunk.cache.disk.size": str(disk)}, str(log_dir))
+
+
+def test_chunks_let_go_from_memory_are_read_back_from_disk(stored: tuple[Recording, Any],
+                                                          tmp_path: Any) -> None:
+    rsm, seg = stored
+    chunks = _disk_cache(rsm, tmp_path, disk=8 * CHUNK)
+    for i in range(8):  # memory keeps the last 2, disk the 6 before them
+        chunks.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 99)
+    assert chunks.disk is not None
+    assert chunks.disk.cached_bytes == 6 * CHUNK
+    assert len(list((tmp_path / "remote-chunk-cache").iterdir())) == 6
+    assert len(rsm.ranges) == 8
+    for i in range(8):  # all 8 again: none from the store
+        assert chunks.fetch_log_segment(seg.metadata, i * CHUNK + 7, i * CHUNK + 4000) \
+            == seg.log[i * CHUNK + 7:i * CHUNK + 4001]
+    assert len(rsm.ranges) == 8
+    # 0-5 from disk, and 6-7 too: reading 0-5 back let them go from memory.
+    assert chunks.disk.stats.hits == 8
+    assert chunks.stats.misses == 8 and chunks.stats.hits == 8
+
+
+def test_the_disk_tier_is_bounded_in_bytes(stored: tuple[Recording, Any], tmp_path: Any
+                                           ) -> None:
+    rsm, seg = stored
+    chunks = _disk_cache(rsm, tmp_path, disk=3 * CHUNK + 10, size=CHUNK)
+    for i in range(10):
+        chunks.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 9)
+        assert chunks.disk is not None and chunks.disk.cached_bytes <= 3 * CHUNK + 10
+    assert len(list((tmp_path / "remote-chunk-cache").iterdir())) == 3
+    assert chunks.disk.stats.evictions == 6
+    # The newest three let go (6, 7, 8) are on disk; 0 comes from the store again.
+    gets = len(rsm.ranges)
+    chunks.fetch_log_segment(seg.metadata, 8 * CHUNK, 8 * CHUNK + 9)
+    assert len(rsm.ranges) == gets
+    chunks.fetch_log_segment(seg.metadata, 0, 9)
+    assert len(rsm.ranges) == gets + 1
+
+
+def test_the_disk_tier_survives_a_restart_and_drops_bad_files(stored: tuple[Recording, Any],
+                                                              tmp_path: Any) -> None:
+    rsm, seg = stored
+    first = _disk_cache(rsm, tmp_path, disk=10 * CHUNK, size=CHUNK)
+    for i in range(4):
+        first.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 9)
+    directory = tmp_path / "remote-chunk-cache"
+    files = sorted(directory.iterdir())
+    assert len(files) == 3  # chunk 3 is still only in memory
+    files[0].write_bytes(b"short")  # a damaged chunk file
+    (directory / "leftover.chunk.123.tmp").write_bytes(b"x")
+    rsm2 = Recording(rsm.rsm)
+    second = _disk_cache(rsm2, tmp_path, disk=10 * CHUNK, size=CHUNK)
+    assert not (directory / "leftover.chunk.123.tmp").exists()
+    for i in range(3):
+        assert second.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 99) \
+            == seg.log[i * CHUNK:i * CHUNK + 100]
+    # The damaged one came from the store again; the others from disk.
+    assert len(rsm2.ranges) == 1
+    assert second.disk is not None and second.disk.stats.hits == 2
+    assert second.disk.stats.errors == 1
+
+
+def test_a_disk_tier_that_cannot_write_never_fails_a_read(stored: tuple[Recording, Any],
+                                                          tmp_path: Any) -> None:
+    rsm, seg = stored
+    chunks = _disk_cache(rsm, tmp_path, disk=10 * CHUNK, size=CHUNK)
+    (tmp_path / "remote-chunk-cache").chmod(0o500)
+    try:
+        for i in range(4):
+            assert chunks.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 9) \
+                == seg.log[i * CHUNK:i * CHUNK + 10]
+    finally:
+        (tmp_path / "remote-chunk-cache").chmod(0o700)
+    assert chunks.disk is not None
+    import os
+    if os.geteuid() != 0:  # root writes regardless of the mode
+        assert chunks.disk.stats.errors == 3 and chunks.disk.cached_bytes == 0
