@@ -23,6 +23,7 @@ Concurrency: event loop only, except ``fsync`` (called from the flush thread).
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
@@ -61,6 +62,35 @@ def decode_entries(data: bytes) -> list[AbortedTxn]:
             raise CorruptTxnIndex(f"aborted transaction version {version} at byte {pos}")
         out.append(AbortedTxn(pid, first, last, lso))
     return out
+
+
+def collect_overlapping(entries: list[AbortedTxn], fetch_offset: int, upper_bound: int
+                        ) -> tuple[list[AbortedTxn], bool]:
+    """The entries (ordered by marker offset, as a segment's index is) of
+    transactions overlapping [fetch_offset, upper_bound), found by binary
+    search rather than a scan from the segment's first abort.
+
+    An entry whose marker lies below ``fetch_offset`` cannot overlap, and its
+    last stable offset (at most its marker + 1) cannot reach a real upper
+    bound, so the search starts at the first marker at or above it.
+
+    Returns:
+        (entries, complete): complete means an entry's last stable offset
+        reached ``upper_bound``, so no later segment can hold one that starts
+        below it.
+    """
+    found = []
+    for i in range(bisect.bisect_left(entries, fetch_offset, key=_marker), len(entries)):
+        txn = entries[i]
+        if txn.first_offset < upper_bound:
+            found.append(txn)
+        if txn.last_stable_offset >= upper_bound:
+            return found, True
+    return found, False
+
+
+def _marker(txn: AbortedTxn) -> int:
+    return txn.last_offset
 
 
 class TransactionIndex:
@@ -110,13 +140,7 @@ class TransactionIndex:
         Returns:
             (entries, complete): complete means later segments need not be searched.
         """
-        found = []
-        for txn in self.entries:
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound:
-                found.append(txn)
-            if txn.last_stable_offset >= upper_bound:
-                return found, True
-        return found, False
+        return collect_overlapping(self.entries, fetch_offset, upper_bound)
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries whose marker is at or after ``offset``."""

@@ -38,7 +38,7 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.log import Log
-from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, decode_entries
+from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, collect_overlapping, decode_entries
 from storage.remote import reader
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
@@ -495,11 +495,10 @@ class RemoteLogManager:
                            and m.end_offset >= start), key=lambda m: m.start_offset)
         out: list[AbortedTxn] = []
         for md in finished:
-            for txn in await self._aborted_entries(md):
-                if txn.last_offset >= start and txn.first_offset < upper:
-                    out.append(txn)
-                if txn.last_stable_offset >= upper:
-                    return out
+            found, complete = collect_overlapping(await self._aborted_entries(md), start, upper)
+            out += found
+            if complete:
+                return out
         return out + p.log.collect_aborted(max(start, p.log.local_log_start_offset), upper)
 
     async def _aborted_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:

@@ -134,3 +134,38 @@ def test_truncation_drops_entries_of_removed_markers(env):
     lg.truncate_to(marker)
     assert lg.active.txn_index.entries == []
     assert lg.first_unstable_offset == 0  # the transaction is open again
+
+
+def _scan(entries: list[AbortedTxn], start: int, upper: int) -> tuple[list[AbortedTxn], bool]:
+    """Kafka's collectAbortedTxns: every entry from the segment's first."""
+    found = []
+    for txn in entries:
+        if txn.last_offset >= start and txn.first_offset < upper:
+            found.append(txn)
+        if txn.last_stable_offset >= upper:
+            return found, True
+    return found, False
+
+
+def test_collect_by_binary_search_matches_a_full_scan() -> None:
+    import random
+
+    from storage.log.txn_index import collect_overlapping
+
+    rng = random.Random(3)
+    for _ in range(200):
+        entries, offset, open_first = [], 0, None
+        for _ in range(rng.randrange(0, 60)):
+            first = offset + rng.randrange(0, 5)
+            marker = first + rng.randrange(1, 30)
+            # The LSO once this abort completes: an older open transaction's
+            # first offset, or the log end (marker + 1).
+            if open_first is None or rng.random() < 0.3:
+                open_first = first if rng.random() < 0.3 else None
+            lso = min(open_first, marker + 1) if open_first is not None else marker + 1
+            entries.append(AbortedTxn(rng.randrange(9), first, marker, lso))
+            offset = marker + 1
+        for _ in range(20):
+            start = rng.randrange(0, offset + 5)
+            upper = start + 1 + rng.randrange(0, 80)
+            assert collect_overlapping(entries, start, upper) == _scan(entries, start, upper)
