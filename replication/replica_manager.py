@@ -379,10 +379,19 @@ class ReplicaManager:
             self.isr_listener(tp)
 
     def update_isr(self, tp: TopicPartition, isr: list[int]) -> None:
-        """As leader: the ISR changed (already made durable by the caller)."""
+        """As leader: the ISR changed (already made durable by the caller).
+
+        A follower that left the ISR loses what it last reported: it joins
+        again only on a fetch of its own reaching the high watermark. Its
+        old end offset must not readmit it, e.g. once it restarts with a wiped
+        disk and has not fetched yet.
+        """
         part = self.partitions.get(tp)
         if part is None:
             return
+        for gone in set(part.isr) - set(isr):
+            part.follower_end_offsets.pop(gone, None)
+            part.follower_caught_up_at.pop(gone, None)
         part.isr = list(isr)
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)

@@ -20,6 +20,7 @@ Concurrency: not thread-safe; one test drives a broker at a time.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import struct
@@ -64,11 +65,55 @@ class BrokerError(RuntimeError):
     """The broker process could not be started, or died, or would not stop."""
 
 
-def free_port() -> int:
-    """Return a loopback TCP port that was free a moment ago."""
+# Ports for the servers tests start come from below the kernel's ephemeral
+# range (ip_local_port_range, 32768-60999 by default): a port checked free and
+# bound by a server a moment later can then never be taken in between by an
+# outgoing connection, which gets an ephemeral port (it happened: a broker
+# failed to start, "Address already in use"). None is handed out twice in a run.
+_SAFE_LOW = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_run(count: int = 1) -> int:
+    """The first of ``count`` consecutive loopback TCP ports, free a moment
+    ago, below the ephemeral range and not handed out before in this run."""
+    high = _ephemeral_low() - count
+    rng = random.Random()
+    for _ in range(500):
+        if high <= _SAFE_LOW:
+            break
+        base = rng.randrange(_SAFE_LOW, high)
+        ports = range(base, base + count)
+        if any(p in _handed_out for p in ports) or not all(_bindable(p) for p in ports):
+            continue
+        _handed_out.update(ports)
+        return base
+    # No room below the ephemeral range: let the kernel choose (racy, as before).
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port() -> int:
+    """A loopback TCP port for a server to bind (see ``free_port_run``)."""
+    return free_port_run(1)
 
 
 def api_versions_probe(host: str, port: int, timeout_s: float = PROBE_SOCKET_TIMEOUT_S) -> bool:

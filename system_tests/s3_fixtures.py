@@ -41,6 +41,8 @@ import boto3
 import botocore.config
 import pytest
 
+from system_tests.harness import free_port
+
 LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 
@@ -76,13 +78,6 @@ HOP_BY_HOP = frozenset({
 
 INJECTED_ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
                        b"<Message>fault injected by the test proxy</Message></Error>")
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def s3_client(endpoint_url: str, **config: Any) -> Any:

@@ -41,6 +41,7 @@ from kafka.protocol import consumer as consumer_api
 from kafka.protocol import metadata as metadata_api
 
 from system_tests.group_member import SESSION_TIMEOUT_MS
+from system_tests.harness import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
@@ -57,12 +58,6 @@ MOVE_SLACK_S = 5.0
 
 
 # -- processes --------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

@@ -98,6 +98,9 @@ def test_librdkafka_reauthenticates_and_keeps_its_connection(broker: tuple[Tierd
     assert errors == []
     assert _metric(proc, "tierd_reauthentications_total") >= before + 2
     assert _metric(proc, "tierd_expired_sessions_total") == 0
+    # The same connections throughout: librdkafka's bootstrap and broker ones,
+    # not one more per lifetime.
+    assert _metric(proc, "tierd_successful_authentication_total") - connections <= 2
 
 
 def test_a_client_that_does_not_reauthenticate_is_disconnected(

@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from deploy.scenarios.control import pid_alive, pid_runs
+from system_tests.harness import free_port_run
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 150.0
@@ -67,25 +67,7 @@ def _die_with_parent() -> None:
 
 def free_base_port() -> int:
     """A port p with p, p+1 and p+2 free on loopback a moment ago."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = int(sock.getsockname()[1])
-        if base + 2 >= 65536:
-            continue
-        try:
-            holders = []
-            for port in (base + 1, base + 2):
-                s = socket.socket()
-                holders.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in holders:
-                s.close()
-    raise RuntimeError("no three consecutive free ports")
+    return free_port_run(3)
 
 
 def env() -> dict[str, str]:

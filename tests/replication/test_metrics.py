@@ -274,3 +274,34 @@ def _leader_batch(replicas: ReplicaManager, count: int) -> bytearray:
     source.log.append_as_leader(batch([b"r"] * count), 0)
     data = source.log.read(0, 1 << 20, source.log.end_offset, True).data
     return bytearray(data)
+
+
+async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
+        replicas, autojump_clock):
+    """Its last report from before it left (a broker killed, its disk wiped)
+    must not readmit it when the next ISR check runs."""
+    tp = ("t", 0)
+    part = host(replicas, tp, 1, [1, 2, 3])
+    asked: list[list[int]] = []
+
+    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
+        asked.append(isr)
+        return "", LeaderAndIsr(1, leader_epoch, tuple(isr), 0, partition_epoch + 1)
+
+    isr = IsrManager(replicas.config, replicas, alter)
+    await replicas.append(tp, batch([b"a"]), acks=1)
+    replicas.update_follower(tp, 2, 1)
+    replicas.update_follower(tp, 3, 1)
+    assert part.high_watermark == 1
+    # The controller drops 3 (its broker's session ended): a LeaderAndIsr.
+    replicas.update_isr(tp, [1, 2])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(isr.run)
+        for _ in range(4):
+            await trio.sleep(0.4)
+            replicas.update_follower(tp, 2, part.log.end_offset)
+        assert asked == [] and part.isr == [1, 2]  # 3 is not readmitted by its old report
+        replicas.update_follower(tp, 3, 1)  # the restarted broker fetched up to the end
+        await trio.testing.wait_all_tasks_blocked()
+        assert asked == [[1, 2, 3]] and part.isr == [1, 2, 3]
+        nursery.cancel_scope.cancel()
