@@ -19,9 +19,6 @@ restart.
 
 from __future__ import annotations
 
-import socket
-import ssl
-import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,24 +39,16 @@ from kafka.protocol import admin as ka
 from kafka.protocol import consumer as kc
 from kafka.protocol import metadata as km
 from kafka.protocol import producer as kp
-from kafka.protocol.sasl import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-)
 
 from protocol import broker_apis, records, tierd_apis
 from protocol.errors import ErrorCode
 from system_tests import javatool
 from system_tests._proc import (
     TierdProc,
-    encode_request,
     fetch_request,
     list_offsets_request,
     metadata_request,
     produce_request,
-    recv_exactly,
     scrape,
     start_tierd,
 )
@@ -70,6 +59,7 @@ from system_tests.clients.base import ClientSecurity, librdkafka_options
 from system_tests.clients.java_client import prop_args
 from system_tests.harness import free_port
 from system_tests.messages import OutMessage
+from system_tests.raw_secure import Raw
 
 ALICE_PASSWORD = "alice-acl-Secret"
 ADMIN_PASSWORD = "admin-acl-Secret"
@@ -90,36 +80,6 @@ TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
 LITERAL, PREFIXED = 3, 4
 OP = {"ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7, "DESCRIBE": 8,
       "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10, "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12}
-
-
-class Conn:
-    """A raw client connection (TLS and SASL PLAIN optional)."""
-
-    def __init__(self, port: int, *, user: str | None = None, password: str = "",
-                 pki: Pki | None = None) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-        if pki is not None:
-            ctx = ssl.create_default_context(cafile=str(pki.ca_pem))
-            ctx.load_cert_chain(str(pki.alice_cert_pem), str(pki.alice_key_pem))
-            sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
-        self.sock = sock
-        self.correlation = 0
-        if user is not None:
-            hs = self.call(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
-            assert hs.error_code == 0
-            auth = self.call(SaslAuthenticateRequest[2](
-                auth_bytes=f"\0{user}\0{password}".encode()), 2, SaslAuthenticateResponse)
-            assert auth.error_code == 0, auth
-
-    def call(self, req: Any, version: int, resp_cls: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(req, version, self.correlation))
-        (size,) = struct.unpack(">i", recv_exactly(self.sock, 4))
-        return resp_cls[version].decode(recv_exactly(self.sock, size), version=version,
-                                        header=True)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def codes(obj: Any) -> set[int]:
@@ -152,11 +112,13 @@ class AclBroker:
     pki: Pki
     ports: dict[str, int]
 
-    def admin_conn(self) -> Conn:
-        return Conn(self.ports["PLAINTEXT"])
+    def admin_conn(self) -> Raw:
+        return Raw(self.ports["PLAINTEXT"])
 
-    def alice(self) -> Conn:
-        return Conn(self.ports["SASL_PLAINTEXT"], user="alice", password=ALICE_PASSWORD)
+    def alice(self) -> Raw:
+        conn = Raw(self.ports["SASL_PLAINTEXT"])
+        assert conn.sasl_plain("alice", ALICE_PASSWORD).error_code == 0
+        return conn
 
     def grant(self, grants: list[tuple[int, str, int, str]], principal: str = "User:alice"
               ) -> None:
@@ -210,7 +172,7 @@ def acl_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     for name in (T, "acl-victim", "acl-grow"):
         create_topic(broker.bootstrap, name, 1)
     # The group exists: the admin commits an offset for it.
-    conn = Conn(ports["PLAINTEXT"])
+    conn = Raw(ports["PLAINTEXT"])
     try:
         assert codes(conn.call(_offset_commit(G), 8, kc.OffsetCommitResponse)) == {0}
     finally:

@@ -10,25 +10,18 @@ re-authentication as another user is refused.
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-from kafka.protocol.sasl import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-)
 
 from protocol.errors import ErrorCode
-from system_tests._proc import TierdProc, encode_request, recv_exactly, scrape, start_tierd
+from system_tests._proc import TierdProc, scrape, start_tierd
 from system_tests.admin import create_topic
 from system_tests.harness import free_port
+from system_tests.raw_secure import Raw
 
 LIFETIME_MS = 1500
 USERS = {"alice": "alice-reauth-Secret", "bob": "bob-reauth-Secret"}
@@ -49,27 +42,13 @@ def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return proc, ports["SASL_PLAINTEXT"]
 
 
-class Raw:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-        self.correlation = 0
+def authenticate(raw: Raw, user: str) -> Any:
+    return raw.sasl_plain(user, USERS[user])
 
-    def call(self, req: Any, version: int, resp_cls: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(req, version, self.correlation))
-        (size,) = struct.unpack(">i", recv_exactly(self.sock, 4))
-        return resp_cls[version].decode(recv_exactly(self.sock, size), version=version,
-                                        header=True)
 
-    def authenticate(self, user: str) -> Any:
-        hs = self.call(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
-        assert hs.error_code == 0
-        return self.call(SaslAuthenticateRequest[2](
-            auth_bytes=f"\0{user}\0{USERS[user]}".encode()), 2, SaslAuthenticateResponse)
-
-    def metadata(self) -> Any:
-        return self.call(MetadataRequest[9](topics=[], allow_auto_topic_creation=False), 9,
-                         MetadataResponse)
+def metadata(raw: Raw) -> Any:
+    return raw.call(MetadataRequest[9](topics=[], allow_auto_topic_creation=False), 9,
+                    MetadataResponse)
 
 
 def _metric(proc: TierdProc, name: str) -> float:
@@ -107,13 +86,13 @@ def test_a_client_that_does_not_reauthenticate_is_disconnected(
         broker: tuple[TierdProc, int]) -> None:
     proc, port = broker
     raw = Raw(port)
-    auth = raw.authenticate("alice")
+    auth = authenticate(raw, "alice")
     assert auth.error_code == 0 and auth.session_lifetime_ms == LIFETIME_MS
     authenticated = time.monotonic()
     expired = _metric(proc, "tierd_expired_sessions_total")
     with pytest.raises((EOFError, ConnectionError)):
         while time.monotonic() - authenticated < 10:
-            assert raw.metadata().brokers  # answered while the session lasts
+            assert metadata(raw).brokers  # answered while the session lasts
             time.sleep(0.1)
     assert time.monotonic() - authenticated >= LIFETIME_MS / 1000 * 0.95
     raw.sock.close()
@@ -125,12 +104,12 @@ def test_reauthentication_renews_the_session_and_keeps_the_principal(
         broker: tuple[TierdProc, int]) -> None:
     proc, port = broker
     raw = Raw(port)
-    assert raw.authenticate("alice").error_code == 0
-    assert raw.authenticate("alice").session_lifetime_ms == LIFETIME_MS  # on the same socket
-    assert raw.metadata().brokers
-    again = raw.authenticate("bob")
+    assert authenticate(raw, "alice").error_code == 0
+    assert authenticate(raw, "alice").session_lifetime_ms == LIFETIME_MS  # on the same socket
+    assert metadata(raw).brokers
+    again = authenticate(raw, "bob")
     assert again.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert "principal" in again.error_message
     with pytest.raises((EOFError, ConnectionError)):
-        raw.metadata()
+        metadata(raw)
     raw.sock.close()

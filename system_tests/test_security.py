@@ -28,7 +28,6 @@ import ssl
 import struct
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -48,13 +47,14 @@ from kafka.protocol.sasl import (
 )
 
 from protocol.errors import ErrorCode
-from system_tests._proc import TierdProc, encode_request, recv_exactly, scrape, start_tierd, wait_for
+from system_tests._proc import TierdProc, encode_request, scrape, start_tierd, wait_for
 from system_tests.admin import create_topic
 from system_tests.certs import Pki, make_pki
 from system_tests.clients import DRIVERS
 from system_tests.clients.base import ClientSecurity, librdkafka_options
 from system_tests.harness import free_port
 from system_tests.messages import CONSTANT_HEADERS, OutMessage
+from system_tests.raw_secure import Raw
 
 ALICE_PASSWORD = "alice-Secret-1"
 BOB_PASSWORD = "bob-Secret-2"
@@ -163,39 +163,6 @@ def test_client_produces_and_consumes(secure: SecureBroker, topic: str, client: 
 
 
 # -- refused authentication -----------------------------------------------------------------
-
-
-class Raw:
-    """A raw connection (optionally TLS) speaking request frames."""
-
-    def __init__(self, port: int, pki: Pki | None = None) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-        if pki is not None:
-            ctx = ssl.create_default_context(cafile=str(pki.ca_pem))
-            sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
-        self.sock = sock
-        self.correlation = 0
-
-    def call(self, req: Any, version: int, resp_cls: Any) -> Any:
-        self.correlation += 1
-        self.sock.sendall(encode_request(req, version, self.correlation))
-        (size,) = struct.unpack(">i", recv_exactly(self.sock, 4))
-        return resp_cls[version].decode(recv_exactly(self.sock, size), version=version,
-                                        header=True)
-
-    def closed_within(self, seconds: float) -> bool:
-        self.sock.settimeout(seconds)
-        try:
-            while self.sock.recv(4096):
-                pass
-            return True
-        except TimeoutError:
-            return False
-        except (ConnectionError, ssl.SSLError):
-            return True
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])

@@ -254,11 +254,6 @@ class ZkAclStore:
                 changed = trio.Event()
 
 
-def describe(acls: Iterable[AclBinding], flt: AclFilter) -> list[AclBinding]:
-    """The ACLs a DescribeAcls filter selects."""
-    return [a for a in acls if flt.matches(a)]
-
-
 
 async def build_acl_store(config: Any, cluster: Any) -> AclStore | None:
     """The ACL store when ``authorizer.class.name`` is set (its table loaded

@@ -51,12 +51,6 @@ class TlsStream(trio.abc.Stream):
     def getpeercert(self, binary_form: bool = False) -> Any:
         return self._tls.getpeercert(binary_form)
 
-    def version(self) -> str | None:
-        return self._tls.version()
-
-    def cipher(self) -> tuple[str, str, int] | None:
-        return self._tls.cipher()
-
     async def do_handshake(self) -> None:
         while True:
             try:

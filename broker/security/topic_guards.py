@@ -56,6 +56,15 @@ async def _split(access: Access, header: RequestHeader, req: Any, handler: Handl
     return response
 
 
+def _topic_name(access: Access, name: str | None, topic_id: Any) -> str | None:
+    """A request's topic by name, or by id (None if the id is unknown: the
+    handler answers UNKNOWN_TOPIC_ID, no authorization is involved)."""
+    if name is not None or topic_id is None:
+        return name
+    info = access.ctx.metadata.topic_by_id(topic_id)
+    return info.name if info is not None else None
+
+
 def _partitions(resp: Any, path: tuple[str, ...], indexes: Iterable[int], code: ErrorCode,
                 index_field: str = "partition_index", **values: Any) -> list[Any]:
     cls = item_class(resp, *path)
@@ -109,16 +118,8 @@ async def fetch(access: Access, header: RequestHeader, req: Any, handler: Handle
         response = _all_denied(header, req, "topics", "responses", _fetch_denied(CLUSTER_DENIED))
         response.error_code = CLUSTER_DENIED
         return response
-    metadata = access.ctx.metadata
-
-    def name_of(t: Any) -> str | None:
-        if v < 13:
-            return t.topic
-        info = metadata.topic_by_id(t.topic_id)
-        return info.name if info is not None else None  # unknown: the handler answers
-
     def allowed(t: Any) -> bool:
-        name = name_of(t)
+        name = _topic_name(access, t.topic if v < 13 else None, t.topic_id)
         return name is None or access.allows(Op.READ, R.TOPIC, name)
 
     return await _split(access, header, req, handler, field="topics", allowed=allowed,
@@ -167,10 +168,7 @@ async def metadata(access: Access, header: RequestHeader, req: Any, handler: Han
                 and ctx.config["auto.create.topics.enable"])
         kept = []
         for t in req.topics:
-            name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
-                info = ctx.metadata.topic_by_id(t.topic_id)
-                name = info.name if info is not None else None
+            name = _topic_name(access, t.name, getattr(t, "topic_id", None))
             if name and (not access.allows(Op.DESCRIBE, R.TOPIC, name) or (
                     auto and ctx.metadata.topic(name) is None and not _may_create(access, name))):
                 refused.append(name)
@@ -223,7 +221,6 @@ async def create_topics(access: Access, header: RequestHeader, req: Any, handler
 async def delete_topics(access: Access, header: RequestHeader, req: Any, handler: Handler
                         ) -> Any:
     """DELETE on each topic (named, or by id from v6)."""
-    metadata = access.ctx.metadata
     answer = item_class(response_class(header), "responses")
     if header.api_version < 6:
         return await _split(
@@ -234,10 +231,7 @@ async def delete_topics(access: Access, header: RequestHeader, req: Any, handler
                                              error_message=TOPIC_DENIED.name))
 
     def name_of(t: Any) -> str | None:
-        if t.name is not None:
-            return t.name
-        info = metadata.topic_by_id(t.topic_id)
-        return info.name if info is not None else None
+        return _topic_name(access, t.name, t.topic_id)
 
     def allowed(t: Any) -> bool:
         name = name_of(t)

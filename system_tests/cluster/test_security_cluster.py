@@ -44,7 +44,7 @@ from system_tests.certs import make_pki
 from system_tests.clients.base import ClientSecurity, librdkafka_options
 from system_tests.cluster.cluster import Cluster, wait_for
 from system_tests.harness import free_port
-from system_tests.test_acls import Conn
+from system_tests.raw_secure import Raw
 
 # DescribeAcls of everything.
 EVERY_ACL = dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
@@ -97,7 +97,7 @@ def grant_alice(admin: AdminClient, topic: str, cluster: Cluster, secure: dict[i
                                                ("User:alice", "Write", "Allow", "*")]
 
     def seen_by(n: int) -> bool:
-        conn = Conn(cluster.brokers[n].port)
+        conn = Raw(cluster.brokers[n].port)
         try:
             resp = conn.call(DescribeAclsRequest[2](**EVERY_ACL), 2, DescribeAclsResponse)
         finally:

@@ -143,15 +143,21 @@ async def test_the_snapshot_task_refreshes_the_gauges(replicas, autojump_clock):
 # -- meters ------------------------------------------------------------------------
 
 
-async def test_isr_shrink_and_expand_are_counted_once_committed(replicas, autojump_clock):
-    tp = ("t", 0)
-    part = host(replicas, tp, 1, [1, 2, 3])
-    asked: list[list[int]] = []
+def committing_alter(asked: list[list[int]]) -> Any:
+    """A controller that commits every AlterPartition, recording the ISRs asked for."""
 
     async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
         asked.append(isr)
         return "", LeaderAndIsr(1, leader_epoch, tuple(isr), 0, partition_epoch + 1)
 
+    return alter
+
+
+async def test_isr_shrink_and_expand_are_counted_once_committed(replicas, autojump_clock):
+    tp = ("t", 0)
+    part = host(replicas, tp, 1, [1, 2, 3])
+    asked: list[list[int]] = []
+    alter = committing_alter(asked)
     isr = IsrManager(replicas.config, replicas, alter)
     stats = replicas.stats
     async with trio.open_nursery() as nursery:
@@ -283,11 +289,7 @@ async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
     tp = ("t", 0)
     part = host(replicas, tp, 1, [1, 2, 3])
     asked: list[list[int]] = []
-
-    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
-        asked.append(isr)
-        return "", LeaderAndIsr(1, leader_epoch, tuple(isr), 0, partition_epoch + 1)
-
+    alter = committing_alter(asked)
     isr = IsrManager(replicas.config, replicas, alter)
     await replicas.append(tp, batch([b"a"]), acks=1)
     replicas.update_follower(tp, 2, 1)
