@@ -123,6 +123,7 @@ rsm.config.path.style.access rsm.config.upload.part.size rsm.config.retry.max.at
 rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connections
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
 rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
+rsm.config.fetch.prefetch.max.chunks
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.

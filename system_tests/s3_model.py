@@ -36,7 +36,10 @@ a new latency or bandwidth applies to requests that start afterwards.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import http.client
+import multiprocessing
 import socket
 import threading
 import time
@@ -65,6 +68,8 @@ BODY_SLICE_BYTES = 64 * 1024
 # up for sleep overshoot, so the average rate holds, but a client or upstream
 # that stalled longer gets no burst above the modelled rate afterwards.
 PACING_SLACK_S = 0.005
+# How long S3ModelProcess waits for its child to start, or to stop.
+PROCESS_START_TIMEOUT_S = 30.0
 # Longest chunk-size or trailer line accepted in a chunked request body.
 MAX_CHUNK_LINE = 1024
 # Statuses that never carry a body (RFC 9110 6.4.1), besides answers to HEAD.
@@ -409,3 +414,91 @@ def _sleep_until(deadline: float) -> None:
     delay = deadline - time.monotonic()
     if delay > 0:
         time.sleep(delay)
+
+
+class S3ModelProcess:
+    """An ``S3ModelProxy`` in a process of its own, driven through a pipe.
+
+    Benchmarks use it: in the benchmark's process the proxy's threads would
+    wait for the GIL behind the consumer being measured, and the model would
+    answer later and slower than it says. Offers the proxy's ``endpoint_url``,
+    ``stats``, ``reset_stats``, ``slow_down`` and ``slow_down_for``. The child
+    stops when ``stop`` is called or this process goes away (its end of the
+    pipe closes). Not thread-safe.
+    """
+
+    def __init__(self, upstream_port: int, first_byte_ms: float = DEFAULT_FIRST_BYTE_MS,
+                 bandwidth_bytes_per_s: float | None = DEFAULT_BANDWIDTH_BYTES_PER_S) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._process = ctx.Process(target=_serve_model, name="s3-model-proxy", daemon=True,
+                                    args=(child_conn, upstream_port, first_byte_ms,
+                                          bandwidth_bytes_per_s))
+        self._process.start()
+        child_conn.close()
+        try:
+            if not self._conn.poll(PROCESS_START_TIMEOUT_S):
+                raise EOFError
+            self.endpoint_url: str = self._conn.recv()
+        except EOFError:
+            self.stop()
+            raise RuntimeError("the S3 model process did not start") from None
+
+    def stats(self) -> S3ModelStats:
+        return self._call("stats")
+
+    def reset_stats(self) -> None:
+        self._call("reset_stats")
+
+    def slow_down(self, count: int) -> None:
+        self._call("slow_down", count)
+
+    def slow_down_for(self, seconds: float) -> None:
+        self._call("slow_down_for", seconds)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(("stop", None))
+        self._process.join(PROCESS_START_TIMEOUT_S)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._conn.close()
+
+    def _call(self, name: str, arg: Any = None) -> Any:
+        self._conn.send((name, arg))
+        return self._conn.recv()
+
+
+def _serve_model(conn: Any, upstream_port: int, first_byte_ms: float,
+                 bandwidth_bytes_per_s: float | None) -> None:
+    """The child of ``S3ModelProcess``: the proxy, and its commands from ``conn``."""
+    proxy = S3ModelProxy(upstream_port, first_byte_ms, bandwidth_bytes_per_s).start()
+    try:
+        conn.send(proxy.endpoint_url)
+        while True:
+            try:
+                name, arg = conn.recv()
+            except EOFError:  # the parent went away
+                return
+            if name == "stop":
+                return
+            method = getattr(proxy, name)
+            result = method() if arg is None else method(arg)
+            if isinstance(result, S3ModelStats):  # its mapping proxy does not pickle
+                result = dataclasses.replace(result, requests=dict(result.requests))
+            conn.send(result)
+    finally:
+        proxy.stop()
+
+
+@contextmanager
+def s3_model_process(upstream_port: int, *, first_byte_ms: float = DEFAULT_FIRST_BYTE_MS,
+                     bandwidth_bytes_per_s: float | None = DEFAULT_BANDWIDTH_BYTES_PER_S
+                     ) -> Iterator[S3ModelProcess]:
+    """A started ``S3ModelProcess`` in front of ``upstream_port``, stopped on exit."""
+    model = S3ModelProcess(upstream_port, first_byte_ms, bandwidth_bytes_per_s)
+    try:
+        yield model
+    finally:
+        model.stop()

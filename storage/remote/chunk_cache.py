@@ -26,16 +26,24 @@ reader asks for past its budget is not fetched twice.
   The reader that started a fetch hands the rest of the stream to the filler
   threads once its own range is in; the chunk is cached once complete.
 * Prefetch: a read that continues where the previous read of the same
-  segment ended (or starts a segment at byte 0) schedules the next
-  rsm.config.fetch.prefetch.chunks chunks (default 2) on the prefetch pool
-  (and, near the segment's end, the reader asks for the next segment's
-  first chunks: ``wants_next_segment``, ``prefetch``),
-  its own threads, so prefetching never takes a reader slot from a first
-  read. Chunks fetched ahead and not read yet take at most half the cache:
-  many partitions read at once share that, and none of them evicts what
-  another fetched ahead before it is read. Prefetch only follows reads: a partition that stops reading stops
-  prefetching after at most that many chunks, and a chunk already cached or
-  in flight is not fetched again.
+  segment ended (or starts a segment at byte 0) schedules the next chunks
+  on the prefetch pool, its own threads, so prefetching never takes a
+  reader slot from a first read. It does so before it waits for its own
+  bytes, so the requests go out during that wait, not while its answer is
+  being sent. Near a segment's end the reader also asks for the next
+  segment's first chunks (``wants_next_segment``, ``prefetch``).
+* Prefetch depth: rsm.config.fetch.prefetch.chunks chunks (default 2) per
+  partition to start with. A reader that catches up with its prefetches
+  (it needs a chunk fetched ahead that is still on its way) doubles its
+  partition's depth, up to rsm.config.fetch.prefetch.max.chunks (default
+  8): one connection to S3 carries tens of MB/s, so a consumer reading
+  faster needs more chunks on their way at once.
+* Prefetch budget: chunks fetched ahead and not read yet take at most half
+  the cache: many partitions read at once share that, and none of them
+  evicts what another fetched ahead before it is read. Prefetch only
+  follows reads: a partition that stops reading stops prefetching after at
+  most its depth in chunks, and a chunk already cached or in flight is not
+  fetched again.
 
 Concurrency: ``fetch_log_segment`` is called from reader worker threads and
 blocks; one lock guards the cache and the in-flight table, and store calls
@@ -70,6 +78,7 @@ from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    TopicIdPartition,
 )
 
 log = structlog.get_logger(__name__)
@@ -88,7 +97,12 @@ CONFIG_DEFS: list[ConfigDef] = [
     ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.chunks", T.INT, 2,
               "Chunks fetched ahead of a sequential remote read; 0 turns prefetch off.",
               at_least=0),
-    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 4,
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.max.chunks", T.INT, 8,
+              "Deepest prefetch: a sequential reader that catches up with its prefetches "
+              "(waits for a chunk fetched ahead that is still on its way) doubles its "
+              "partition's depth, from fetch.prefetch.chunks up to this many chunks.",
+              at_least=0),
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 8,
               "Threads fetching chunks ahead (their own pool, apart from the readers).",
               at_least=1),
 ]
@@ -194,6 +208,11 @@ class ChunkCache:
         self.chunk_size: int = values["fetch.chunk.size"]
         self.max_bytes: int = values["fetch.chunk.cache.size"]
         self.prefetch_chunks: int = values["fetch.prefetch.chunks"] if self.max_bytes else 0
+        self.max_prefetch_chunks = (max(self.prefetch_chunks, values["fetch.prefetch.max.chunks"])
+                                    if self.prefetch_chunks else 0)
+        # Prefetch depth per partition, deeper than prefetch_chunks once its
+        # reader has caught up with what was fetched ahead.
+        self._depths: OrderedDict[TopicIdPartition, int] = OrderedDict()
         self.stats = ChunkStats()
         self._chunks: OrderedDict[_ChunkKey, bytes | bytearray] = OrderedDict()
         self._bytes = 0
@@ -239,14 +258,15 @@ class ChunkCache:
         end = size - 1 if end_position is None else min(end_position, size - 1)
         first, last = start_position // self.chunk_size, end // self.chunk_size
         seg = metadata.remote_log_segment_id.id
-        sequential = self._note_read(seg, start_position, end + 1)
+        if self._note_read(seg, start_position, end + 1):
+            # Before this read waits: the prefetches' requests go out while it
+            # waits for its first byte, not after, when its answer is due.
+            self._prefetch(metadata, last + 1)
         parts = []
         for index in range(first, last + 1):
             base = index * self.chunk_size
             parts.append(self._range(metadata, index, max(start_position - base, 0),
                                      min(end + 1 - base, self.chunk_size), prefetch=False))
-        if sequential:
-            self._prefetch(metadata, last + 1)
         return b"".join(parts)
 
     @contextlib.contextmanager
@@ -261,24 +281,30 @@ class ChunkCache:
         finally:
             self._local.cached_only = False
 
+    def prefetch_depth(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """Chunks fetched ahead of a sequential read of ``metadata``'s partition."""
+        tp = metadata.remote_log_segment_id.topic_id_partition
+        with self._lock:
+            return self._depths.get(tp, self.prefetch_chunks)
+
     def wants_next_segment(self, metadata: RemoteLogSegmentMetadata) -> bool:
         """Whether reading ``metadata`` has come within prefetch reach of its
         end, so the next segment's first chunks should be fetched ahead."""
         if not self.prefetch_chunks:
             return False
+        depth = self.prefetch_depth(metadata)
         with self._lock:
             position = self._next_position.get(metadata.remote_log_segment_id.id)
         chunks = -(-metadata.segment_size_in_bytes // self.chunk_size)
-        return (position is not None
-                and position // self.chunk_size + self.prefetch_chunks >= chunks - 1)
+        return position is not None and position // self.chunk_size + depth >= chunks - 1
 
     def chunk_count(self, metadata: RemoteLogSegmentMetadata) -> int:
         return -(-metadata.segment_size_in_bytes // self.chunk_size)
 
     def prefetch(self, metadata: RemoteLogSegmentMetadata, first_chunk: int = 0,
                  count: int | None = None) -> None:
-        """Fetch ``count`` (default ``prefetch_chunks``) chunks of ``metadata``
-        from ``first_chunk`` on, ahead."""
+        """Fetch ``count`` (default: the partition's prefetch depth) chunks of
+        ``metadata`` from ``first_chunk`` on, ahead."""
         self._prefetch(metadata, first_chunk, count)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: Any) -> bytes:
@@ -330,6 +356,8 @@ class ChunkCache:
             if cached is None and getattr(self._local, "cached_only", False):
                 raise NotCached(key)
             if not prefetch:
+                if cached is None and key in self._ahead:
+                    self._deepen(md)  # caught up with a chunk fetched ahead
                 self._not_ahead(key)
             if cached is not None:
                 self._chunks.move_to_end(key)
@@ -457,6 +485,14 @@ class ChunkCache:
             self._not_ahead(key)
         filling.fail(exc)
 
+    def _deepen(self, md: RemoteLogSegmentMetadata) -> None:
+        """Double the partition's prefetch depth, up to the maximum (lock held)."""
+        tp = md.remote_log_segment_id.topic_id_partition
+        depth = self._depths.pop(tp, self.prefetch_chunks)
+        self._depths[tp] = min(max(2 * depth, 1), self.max_prefetch_chunks)
+        while len(self._depths) > _TRACKED_SEGMENTS:
+            self._depths.popitem(last=False)
+
     def _not_ahead(self, key: _ChunkKey) -> None:
         """``key`` was read, evicted or failed: no longer fetched ahead (lock held)."""
         size = self._ahead.pop(key, None)
@@ -488,7 +524,7 @@ class ChunkCache:
         if self._prefetcher is None or self._closed:
             return
         seg = md.remote_log_segment_id.id
-        ahead = self.prefetch_chunks if count is None else count
+        ahead = self.prefetch_depth(md) if count is None else count
         for index in range(first, min(first + ahead, self.chunk_count(md))):
             key = (seg, index)
             size = self._chunk_length(md, index)

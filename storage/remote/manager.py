@@ -435,7 +435,7 @@ class RemoteLogManager:
         chunks = self.svc.chunks
         if chunks is None or not chunks.wants_next_segment(md):
             return
-        budget = chunks.prefetch_chunks * chunks.chunk_size
+        budget = chunks.prefetch_depth(md) * chunks.chunk_size
         following = md
         while budget > 0:
             try:

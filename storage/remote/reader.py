@@ -156,10 +156,15 @@ def read_blocking(rsm: RemoteStorageManager, cache: RemoteIndexCache,
     """
     seg = md.remote_log_segment_id.id
     position = positions.get(seg, offset) if positions is not None else None
+    if position is None and offset <= md.start_offset:
+        position = 0
     if position is None:
-        position = (0 if offset <= md.start_offset
-                    else indexes_for(cache, rsm, md).position_for(offset))
-    data, end, next_offset = _read_from(rsm, md, offset, max_bytes, min_one_batch, position)
+        position = indexes_for(cache, rsm, md).position_for(offset)
+        length = max(max_bytes, records.HEADER_SIZE) + _SCAN_SLACK
+    else:
+        length = _exact_read_length(rsm, md, position, max_bytes, min_one_batch)
+    data, end, next_offset = _read_from(rsm, md, offset, max_bytes, min_one_batch, position,
+                                        length)
     if positions is not None and data and next_offset <= md.end_offset:
         positions.put(seg, next_offset, end)
     return data
@@ -189,13 +194,35 @@ def read_cached(chunks: ChunkCache | None, cache: RemoteIndexCache,
         return None
 
 
+def _exact_read_length(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, position: int,
+                       max_bytes: int, min_one_batch: bool) -> int:
+    """Bytes to read from ``position``, where the wanted batch starts: the
+    budget, or the first batch if it is larger and may be returned alone.
+
+    Through the chunk cache its length field is read first (a cold chunk
+    streams in, so this costs no GET of its own), and a reader whose first
+    batch is most of its budget waits for that batch, not the whole budget
+    and the slack; straight to the store it is not (it would be a GET).
+    """
+    if not isinstance(rsm, ChunkCache):
+        return max(max_bytes, records.HEADER_SIZE) + _SCAN_SLACK
+    head = _fetch(rsm, md, position, records.LOG_OVERHEAD)
+    if len(head) < records.LOG_OVERHEAD:
+        return max(max_bytes, records.HEADER_SIZE)  # _read_from says what is wrong
+    _, length = records.peek_offset_and_length(head, 0)
+    first = records.LOG_OVERHEAD + max(length, 0)
+    return max(max_bytes, first if min_one_batch else records.HEADER_SIZE, records.HEADER_SIZE)
+
+
 def _read_from(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, offset: int,
-               max_bytes: int, min_one_batch: bool, position: int) -> tuple[bytes, int, int]:
-    """(batches, byte position after them, offset after them) from ``position`` on."""
+               max_bytes: int, min_one_batch: bool, position: int,
+               length: int) -> tuple[bytes, int, int]:
+    """(batches, byte position after them, offset after them) from ``position``
+    on, reading ``length`` bytes at a time."""
     size = md.segment_size_in_bytes
     previous_last = md.start_offset - 1
     while position < size:
-        chunk = _fetch(rsm, md, position, max(max_bytes, records.HEADER_SIZE) + _SCAN_SLACK)
+        chunk = _fetch(rsm, md, position, length)
         consumed = 0
         for header in records.iter_headers(chunk):
             if header.last_offset >= offset:

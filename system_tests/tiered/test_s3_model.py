@@ -25,7 +25,12 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from system_tests.s3_fixtures import MotoServer, s3_client
-from system_tests.s3_model import SLOW_DOWN_STATUS, S3ModelProxy, s3_model_proxy
+from system_tests.s3_model import (
+    SLOW_DOWN_STATUS,
+    S3ModelProxy,
+    s3_model_process,
+    s3_model_proxy,
+)
 
 MIB = 1 << 20
 # Crosses many of the proxy's 64 KiB body slices, at an odd length.
@@ -210,3 +215,24 @@ def test_fresh_client_makes_one_connection(moto_server: MotoServer, s3_bucket: s
 def test_rejects_impossible_settings(latency: float, bandwidth: float) -> None:
     with pytest.raises(ValueError):
         S3ModelProxy(1, first_byte_ms=latency, bandwidth_bytes_per_s=bandwidth)
+
+
+def test_the_model_in_a_process_of_its_own(moto_server: MotoServer, s3_bucket: str) -> None:
+    # What the benchmarks run: the same proxy, driven through a pipe.
+    data = os.urandom(MIB)
+    with s3_model_process(moto_server.port, first_byte_ms=LATENCY_MS) as model:
+        s3 = s3_client(model.endpoint_url, retries=NO_RETRIES)
+        s3.put_object(Bucket=s3_bucket, Key="obj", Body=data)
+        model.reset_stats()
+        started = time.monotonic()
+        assert s3.get_object(Bucket=s3_bucket, Key="obj", Range="bytes=10-99")["Body"].read() \
+            == data[10:100]
+        assert time.monotonic() - started >= LATENCY_MS / 1000
+        stats = model.stats()
+        assert (stats.gets, stats.bytes_sent, stats.total_requests) == (1, 90, 1)
+        model.slow_down(1)
+        assert slow_down_error(lambda: s3.head_object(Bucket=s3_bucket, Key="obj"))[
+            "ResponseMetadata"]["HTTPStatusCode"] == SLOW_DOWN_STATUS
+        assert model.stats().slow_downs == 1
+        process = model._process  # noqa: SLF001 - checking it is gone afterwards
+    assert not process.is_alive()

@@ -124,6 +124,45 @@ def test_prefetch_follows_reads_and_stops_with_them(stored: tuple[Recording, Any
     assert sorted(start for start, _ in rsm2.ranges) == [0, CHUNK, 2 * CHUNK, 7 * CHUNK]
 
 
+def test_a_reader_that_catches_up_with_its_prefetches_deepens_them(
+        stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = ChunkCache(rsm, {"fetch.chunk.size": str(CHUNK), "fetch.prefetch.chunks": "1",
+                              "fetch.prefetch.max.chunks": "2"})
+    chunks.fetch_log_segment(seg.metadata, 5, CHUNK - 1)  # a seek (no prefetch) and a miss
+    assert chunks.prefetch_depth(seg.metadata) == 1
+    rsm.delay_s = 0.3
+    chunks.fetch_log_segment(seg.metadata, 0, CHUNK - 1)  # a hit: prefetches chunk 1 (slow)
+    # Chunk 1 is still on its way when read: the partition's depth doubles.
+    assert chunks.fetch_log_segment(seg.metadata, CHUNK, 2 * CHUNK - 1) == \
+        seg.log[CHUNK:2 * CHUNK]
+    assert chunks.prefetch_depth(seg.metadata) == 2
+    for i in range(2, 6):  # never beyond fetch.prefetch.max.chunks
+        chunks.fetch_log_segment(seg.metadata, i * CHUNK, (i + 1) * CHUNK - 1)
+        assert chunks.prefetch_depth(seg.metadata) == 2
+    chunks.close(wait=True)
+    starts = [start for start, _ in rsm.ranges]
+    assert len(starts) == len(set(starts)), starts  # each chunk fetched once
+
+
+def test_a_reader_behind_its_prefetches_keeps_the_depth(stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, prefetch=2)
+    for i in range(6):
+        chunks.fetch_log_segment(seg.metadata, i * CHUNK, (i + 1) * CHUNK - 1)
+        chunks.close(wait=False) if i == 5 else _prefetched(chunks, min(i + 2, 10))
+    assert chunks.prefetch_depth(seg.metadata) == 2
+    assert chunks.max_prefetch_chunks == 8  # the default ceiling
+
+
+def _prefetched(chunks: ChunkCache, last: int, timeout: float = 10.0) -> None:
+    """Until chunks up to ``last`` are cached (what a slow reader would find)."""
+    deadline = time.monotonic() + timeout
+    while len(chunks._chunks) < last + 1:  # noqa: SLF001 - the cache's own table
+        assert time.monotonic() < deadline, "prefetch did not finish"
+        time.sleep(0.005)
+
+
 def test_concurrent_readers_of_one_chunk_share_one_get(stored: tuple[Recording, Any]) -> None:
     rsm, seg = stored
     rsm.delay_s = 0.2
