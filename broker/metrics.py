@@ -7,7 +7,7 @@ code names, topic names of existing topics).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -24,6 +24,7 @@ class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter("tierd_requests", "Requests handled", ["api", "version"], registry=r)
         self.latency = Histogram(
             "tierd_request_latency_seconds", "Request handling time", ["api"], registry=r,
@@ -96,6 +97,17 @@ class BrokerMetrics:
         collector.snapshot()
         self.registry.register(collector)
         await collector.run()
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: it is asked several times
+        per request, and prometheus_client validates and locks on every call.
+        (tierd never removes a label set, so a remembered child stays the one
+        exported.)"""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP endpoint in a daemon thread; returns the bound port."""

@@ -423,8 +423,9 @@ class Connection:
             self.ctx.metrics.protocol_errors.labels("handler_error").inc()
             raise CloseConnection("handler_error") from None
         finally:
-            self.ctx.metrics.requests.labels(spec.name, str(header.api_version)).inc()
-            self.ctx.metrics.latency.labels(spec.name).observe(time.perf_counter() - started)
+            metrics = self.ctx.metrics
+            metrics.child(metrics.requests, spec.name, str(header.api_version)).inc()
+            metrics.child(metrics.latency, spec.name).observe(time.perf_counter() - started)
         return encoded
 
     def _unsupported(self, header: api.RequestHeader) -> bytes:

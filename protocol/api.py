@@ -200,28 +200,51 @@ def _check_nulls(fields: Any, obj: Any, version: int, path: str) -> None:
     """Refuse nulls in fields the schema says may not be null (Kafka does too).
 
     The generated decoders turn a length of -1 into None whatever the schema
-    says; without this check a handler would iterate None.
+    says; without this check a handler would iterate None. What to check in
+    a struct at a version is worked out once (``_null_plan``): this runs on
+    every request.
 
     Raises:
         InvalidRequest: naming the first such field.
     """
-    for field in fields.values():
-        if not field.for_version_q(version) or field.tagged_field_q(version):
-            continue
-        value = getattr(obj, field.name, None)
-        where = f"{path}.{field.name}"
+    for name, nullable, kind, sub in _null_plan(fields, version):
+        value = getattr(obj, name, None)
         if value is None:
-            # A uuid decodes to None when it is all zeros, its legal "unset".
-            if field.nullable_for_version_q(version) or field.type_str == "uuid":
+            if nullable:
                 continue
-            raise InvalidRequest(f"non-nullable field {where} is null")
-        if field.is_struct_array():
+            raise InvalidRequest(f"non-nullable field {path}.{name} is null")
+        if kind == _STRUCT_ARRAY:
             for item in value:
-                _check_nulls(field.fields, item, version, where)
-        elif field.is_struct():
-            _check_nulls(field.fields, value, version, where)
-        elif field.is_array() and any(item is None for item in value):
-            raise InvalidRequest(f"null element in non-nullable array {where}")
+                _check_nulls(sub, item, version, f"{path}.{name}")
+        elif kind == _STRUCT:
+            _check_nulls(sub, value, version, f"{path}.{name}")
+        elif kind == _ARRAY and any(item is None for item in value):
+            raise InvalidRequest(f"null element in non-nullable array {path}.{name}")
+
+
+_PLAIN, _STRUCT, _STRUCT_ARRAY, _ARRAY = range(4)
+_NullPlan = tuple[tuple[str, bool, int, Any], ...]
+_null_plans: dict[tuple[int, int], _NullPlan] = {}
+
+
+def _null_plan(fields: Any, version: int) -> _NullPlan:
+    """(name, may be None, kind, its fields) of each untagged field of
+    ``fields`` present at ``version``. A uuid decodes to None when it is all
+    zeros, its legal "unset", so it may be None too."""
+    key = (id(fields), version)
+    plan = _null_plans.get(key)
+    if plan is None:
+        entries = []
+        for field in fields.values():
+            if not field.for_version_q(version) or field.tagged_field_q(version):
+                continue
+            nullable = field.nullable_for_version_q(version) or field.type_str == "uuid"
+            kind = (_STRUCT_ARRAY if field.is_struct_array() else _STRUCT if field.is_struct()
+                    else _ARRAY if field.is_array() else _PLAIN)
+            entries.append((field.name, nullable, kind,
+                            field.fields if kind in (_STRUCT, _STRUCT_ARRAY) else None))
+        plan = _null_plans[key] = tuple(entries)
+    return plan
 
 
 def encode_response(header: RequestHeader, response: Any) -> bytes:

@@ -97,7 +97,7 @@ def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
         if r.error:
             ctx.metrics.error("Fetch", r.error)
         elif r.records:
-            ctx.metrics.bytes_out.labels(p.topic).inc(len(r.records))
+            ctx.metrics.child(ctx.metrics.bytes_out, p.topic).inc(len(r.records))
         aborted = None
         if params.read_committed:
             aborted = [aborted_cls(producer_id=t.producer_id, first_offset=t.first_offset)

@@ -22,6 +22,7 @@ per index, and an optional object is asked for, its absence the answer.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -122,9 +123,16 @@ def segment_manifest(data: LogSegmentData) -> bytes:
 
 
 def _manifest(metadata: RemoteLogSegmentMetadata) -> dict[str, object] | None:
+    """The parsed manifest (read-only: parsed once per distinct content, as a
+    read_committed fetch asks every later segment of the partition)."""
     raw = metadata.custom_metadata
     if not raw or not raw.startswith(b"{"):
         return None
+    return _parse_manifest(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_manifest(raw: bytes) -> dict[str, object] | None:
     try:
         manifest = json.loads(raw)
     except ValueError:

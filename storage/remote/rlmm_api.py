@@ -9,6 +9,7 @@ maps a user partition to the metadata partition that orders its events.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -40,6 +41,7 @@ def _long_hash(value: int) -> int:
     return (value ^ (value >> 32)) & _MASK32
 
 
+@functools.lru_cache(maxsize=65536)  # asked on every remote read
 def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
     """The metadata partition holding ``tip``'s events, as Kafka computes it.
 
