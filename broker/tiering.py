@@ -136,7 +136,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     rlmm = _build_rlmm(config, admin, metadata, replicas, cluster)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
                               chunk_settings)
-    processes = config["tierd.remote.copy.processes"]
+    processes = copy_processes(config["tierd.remote.copy.processes"], rsm)
     if processes:
         services.copier = ProcessCopier(
             rsm_class, rsm_settings, processes,
@@ -151,3 +151,11 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
     return Tiering(rlmm, manager, replicas, admin)
+
+
+def copy_processes(setting: int, rsm: Any) -> int:
+    """Copy worker processes for ``rsm``: the setting, or for -1 one if the
+    storage manager's copies run Python code (``COPIES_RUN_PYTHON``), else none."""
+    if setting >= 0:
+        return setting
+    return 1 if getattr(rsm, "COPIES_RUN_PYTHON", False) else 0

@@ -33,12 +33,12 @@ BROKER_DEFS: list[ConfigDef] = [
               "Maximum backoff after failed remote tasks.", at_least=1),
     ConfigDef("remote.log.manager.task.retry.jitter", T.DOUBLE, 0.2,
               "Random jitter applied to backoff.", at_least=0, at_most=0.5),
-    ConfigDef("tierd.remote.copy.processes", T.INT, 0,
+    ConfigDef("tierd.remote.copy.processes", T.INT, -1,
               "Worker processes (niced) that run segment copies, so a store client's CPU "
               "(boto3) never holds the broker's interpreter; 0 = copy in the broker's "
-              "threads. Worth it with cores to spare: on a 2-core machine shared with the "
-              "store and the clients it raised produce p99 (see the tiered benchmark).",
-              at_least=0),
+              "threads; -1 = one for a storage manager whose copies run Python code (S3), "
+              "none for the directory one (its copies are file copies).",
+              at_least=-1),
     ConfigDef("tierd.remote.audit.interval.ms", T.LONG, 3_600_000,
               "How often a leader compares its partition's remote objects with the remote "
               "log metadata (orphans, missing and wrong-sized segments, as metrics); "

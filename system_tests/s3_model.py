@@ -444,6 +444,12 @@ class S3ModelProcess:
             self.stop()
             raise RuntimeError("the S3 model process did not start") from None
 
+    @property
+    def pid(self) -> int:
+        pid = self._process.pid
+        assert pid is not None  # started in __init__
+        return pid
+
     def stats(self) -> S3ModelStats:
         return self._call("stats")
 

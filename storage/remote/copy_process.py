@@ -5,10 +5,14 @@ signing, checksums, the HTTP client), and in the broker's worker threads it
 holds the GIL against the event loop that serves produce: measured with the
 S3 store, produce p99 at a steady 2,000 msg/s rose 2-2.5x while segments
 were being tiered. A copy run in another process costs the broker only the
-wait for its answer, when the machine has a core for it: on the 2-core
-development machine, shared with moto and the benchmark's clients, the
-workers' CPU made produce p99 worse (26-50 ms vs 4-5 ms), so the default is
-0 (copies in the broker's threads) and the workers run niced.
+wait for its answer. Measured on the 2-core development machine (tiered
+benchmark, S3 behind the latency model, the simulated store niced as a
+real one is on other machines): produce p99 tiering on/off 1.05-1.94x with
+copies in the broker's threads, 0.99-1.11x with one worker. So the default
+(-1) is one worker for S3 and none for the directory store, whose copies
+are file copies; the workers run niced. (An earlier measurement, with the
+store at normal priority and the model in the benchmark's own process,
+had found the workers worse.)
 
 How: a ``ProcessCopier`` owns a pool of ``spawn``ed processes
 (tierd.remote.copy.processes); each builds its own storage manager from the

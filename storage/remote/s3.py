@@ -142,6 +142,10 @@ _RETRIABLE_TRANSPORT = (
 class S3RemoteStorageManager:
     """RemoteStorageManager over S3. Thread-safe: one boto3 client, shared."""
 
+    # A copy spends its CPU in Python (signing, checksums, the HTTP client):
+    # by default it runs in a worker process (tierd.remote.copy.processes).
+    COPIES_RUN_PYTHON = True
+
     def __init__(self, config: Mapping[str, str]) -> None:
         """Args: config: the settings in CONFIG_DEFS (``bucket`` required).
 
