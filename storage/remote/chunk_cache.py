@@ -28,10 +28,12 @@ reader asks for past its budget is not fetched twice.
 * Prefetch: a read that continues where the previous read of the same
   segment ended (or starts a segment at byte 0) schedules the next chunks
   on the prefetch pool, its own threads, so prefetching never takes a
-  reader slot from a first read. It does so before it waits for its own
-  bytes, so the requests go out during that wait, not while its answer is
-  being sent. Near a segment's end the reader also asks for the next
-  segment's first chunks (``wants_next_segment``, ``prefetch``).
+  reader slot from a first read. It does so once its own request is out
+  (the first byte has come, or the chunk is cached or in flight) and before
+  it waits for the rest, so the prefetches' requests are prepared while it
+  waits: not before its own, which they would slow (the GIL), nor while its
+  answer is being sent. Near a segment's end the reader also asks for the
+  next segment's first chunks (``wants_next_segment``, ``prefetch``).
 * Prefetch depth: rsm.config.fetch.prefetch.chunks chunks (default 2) per
   partition to start with. A reader that catches up with its prefetches
   (it needs a chunk fetched ahead that is still on its way) doubles its
@@ -58,12 +60,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import io
 import os
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,15 +261,20 @@ class ChunkCache:
         end = size - 1 if end_position is None else min(end_position, size - 1)
         first, last = start_position // self.chunk_size, end // self.chunk_size
         seg = metadata.remote_log_segment_id.id
+        # A sequential read prefetches once its own request is out (its first
+        # byte has come) but before it waits for the rest: the prefetches'
+        # requests are prepared while it waits, neither before its own (they
+        # would hold the GIL against it) nor after (when its answer is due).
+        prefetch: Callable[[], None] | None = None
         if self._note_read(seg, start_position, end + 1):
-            # Before this read waits: the prefetches' requests go out while it
-            # waits for its first byte, not after, when its answer is due.
-            self._prefetch(metadata, last + 1)
+            prefetch = functools.partial(self._prefetch, metadata, last + 1)
         parts = []
         for index in range(first, last + 1):
             base = index * self.chunk_size
             parts.append(self._range(metadata, index, max(start_position - base, 0),
-                                     min(end + 1 - base, self.chunk_size), prefetch=False))
+                                     min(end + 1 - base, self.chunk_size), prefetch=False,
+                                     on_open=prefetch))
+            prefetch = None
         return b"".join(parts)
 
     @contextlib.contextmanager
@@ -347,9 +355,12 @@ class ChunkCache:
         return previous is not None and previous - self.chunk_size <= start <= previous
 
     def _range(self, md: RemoteLogSegmentMetadata, index: int, lo: int, hi: int,
-               prefetch: bool) -> bytes:
+               prefetch: bool, on_open: Callable[[], None] | None = None) -> bytes:
         """Bytes ``lo..hi`` (exclusive) of chunk ``index``: from the cache, from a
-        fetch in flight once they have arrived, or from a fetch started here."""
+        fetch in flight once they have arrived, or from a fetch started here.
+        ``on_open`` is called once the bytes are on their way: at once for a
+        cached chunk or one in flight, after the first byte of a fetch started
+        here (not if it fails)."""
         key = (md.remote_log_segment_id.id, index)
         with self._lock:
             cached = self._chunks.get(key)
@@ -363,27 +374,39 @@ class ChunkCache:
                 self._chunks.move_to_end(key)
                 if not prefetch:
                     self.stats.hits += 1
-                return bytes(memoryview(cached)[lo:hi])  # one copy
-            filling = self._inflight.get(key)
-            owner = filling is None
-            if filling is None:
-                filling = _Filling(self._chunk_length(md, index))
-                self._inflight[key] = filling
-                if prefetch:
-                    self.stats.prefetches += 1
-                else:
-                    self.stats.misses += 1
-            elif not prefetch:
-                self.stats.hits += 1  # joins a fetch in flight: no GET of its own
+                data = bytes(memoryview(cached)[lo:hi])  # one copy
+                filling = None
+            else:
+                filling = self._inflight.get(key)
+                owner = filling is None
+                if filling is None:
+                    filling = _Filling(self._chunk_length(md, index))
+                    self._inflight[key] = filling
+                    if prefetch:
+                        self.stats.prefetches += 1
+                    else:
+                        self.stats.misses += 1
+                elif not prefetch:
+                    self.stats.hits += 1  # joins a fetch in flight: no GET of its own
+        if filling is None:
+            if on_open is not None:
+                on_open()
+            return data
         if not owner:
+            if on_open is not None:
+                on_open()
             return filling.wait_for(lo, hi)
         if self.disk is not None and self._from_disk(md, index, key, filling, prefetch):
+            if on_open is not None:
+                on_open()
             return filling.wait_for(lo, hi)
         try:
             stream = self._open(md, index)
         except BaseException as exc:
             self._failed(key, filling, exc)
             raise
+        if on_open is not None:
+            on_open()
         try:
             self._fill(md, index, filling, stream, hi)
         except BaseException as exc:
