@@ -105,7 +105,7 @@ CONFIG_DEFS: list[ConfigDef] = [
               "(waits for a chunk fetched ahead that is still on its way) doubles its "
               "partition's depth, from fetch.prefetch.chunks up to this many chunks.",
               at_least=0),
-    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 8,
+    ConfigDef(RSM_CONFIG_PREFIX + "fetch.prefetch.threads", T.INT, 4,
               "Threads fetching chunks ahead (their own pool, apart from the readers).",
               at_least=1),
 ]
