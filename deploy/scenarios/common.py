@@ -37,6 +37,12 @@ class CheckFailed(Exception):
     """A check did not hold; the message says why."""
 
 
+class NotYetKnown(CheckFailed):
+    """What was asked is missing from the answering broker's view, which may
+    be behind: a broker just restarted answers Metadata before the
+    controller has sent it the topics. ``wait_for`` asks again."""
+
+
 def wait_for(what: str, fn: Callable[[], T | None], timeout_s: float,
              interval_s: float = POLL_S) -> T:
     """Poll ``fn`` until it returns something truthy.
@@ -51,6 +57,8 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout_s: float,
             value = fn()
             if value:
                 return value
+        except NotYetKnown as exc:
+            last_error = exc
         except CheckFailed:
             raise
         except Exception as exc:  # brokers restarting refuse connections meanwhile
@@ -166,7 +174,7 @@ def partition(bootstrap: str, topic: str, index: int = 0) -> dict[str, Any]:
         if p["partition_index"] == index:
             return {"leader": p["leader_id"], "replicas": list(p["replica_nodes"]),
                     "isr": sorted(p["isr_nodes"])}
-    raise CheckFailed(f"{topic} has no partition {index}")
+    raise NotYetKnown(f"{topic} has no partition {index}")
 
 
 def create_topic(bootstrap: str, topic: str, configs: dict[str, str], timeout_s: float,
