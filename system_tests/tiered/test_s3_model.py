@@ -228,7 +228,11 @@ def test_the_model_in_a_process_of_its_own(moto_server: MotoServer, s3_bucket: s
         assert s3.get_object(Bucket=s3_bucket, Key="obj", Range="bytes=10-99")["Body"].read() \
             == data[10:100]
         assert time.monotonic() - started >= LATENCY_MS / 1000
-        stats = model.stats()
+        # The proxy counts a body once written, which may be after the client
+        # has read it: wait for the count, with a deadline.
+        deadline = time.monotonic() + 10
+        while (stats := model.stats()).bytes_sent < 90 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert (stats.gets, stats.bytes_sent, stats.total_requests) == (1, 90, 1)
         model.slow_down(1)
         assert slow_down_error(lambda: s3.head_object(Bucket=s3_bucket, Key="obj"))[
