@@ -150,7 +150,8 @@ def test_a_reader_behind_its_prefetches_keeps_the_depth(stored: tuple[Recording,
     chunks = cache(rsm, prefetch=2)
     for i in range(6):
         chunks.fetch_log_segment(seg.metadata, i * CHUNK, (i + 1) * CHUNK - 1)
-        chunks.close(wait=False) if i == 5 else _prefetched(chunks, min(i + 2, 10))
+        _prefetched(chunks, i + 2)  # a slow reader: what it reads next is in
+    chunks.close(wait=True)
     assert chunks.prefetch_depth(seg.metadata) == 2
     assert chunks.max_prefetch_chunks == 8  # the default ceiling
 
