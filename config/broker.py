@@ -174,6 +174,9 @@ _DEFS: list[ConfigDef] = [
               "for data.", at_least=0),
     ConfigDef("replica.fetch.min.bytes", T.INT, 1, "Bytes a follower fetch waits for.",
               at_least=1),
+    ConfigDef("max.incremental.fetch.session.cache.slots", T.INT, 1000, "Fetch sessions "
+              "(KIP-227) the broker keeps for incremental fetches of consumers and followers.",
+              at_least=0),
     ConfigDef("replica.fetch.backoff.ms", T.INT, 1000, "Backoff after a follower fetch "
               "error.", at_least=0),
     ConfigDef("replica.socket.timeout.ms", T.INT, 30000, "Timeout of a follower fetch.",

@@ -23,6 +23,10 @@ high watermark and the ISR), and with Fetch v12+ their last fetched epoch is
 checked against the leader's epoch history first: where it diverges the
 answer is a diverging epoch and no data, and the follower truncates (KIP-320).
 
+Fetch sessions (KIP-227): ``fetch`` answers full requests (with or without a
+session); ``fetch_incremental`` answers a session's incremental ones, reading
+only what its request names and what changed (see ``replication.fetch_session``).
+
 Error handling: every partition's outcome is a value (an error code in its
 result); one partition's error never fails the others.
 """
@@ -36,7 +40,9 @@ import trio
 
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
+from replication.fetch_session import CachedPartition, FetchSession
 from storage.log.file_slice import FileSlice
+from storage.log.manager import TopicPartition
 
 if TYPE_CHECKING:
     from replication.replica_manager import ReplicaManager
@@ -256,3 +262,69 @@ def _local_aborted(lg: Any, offset: int, data: bytes | FileSlice) -> list[Any]:
     if last < offset:
         return []
     return list(lg.collect_aborted(offset, last + 1))
+
+
+async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
+                            session: FetchSession, requested: list[TopicPartition]
+                            ) -> list[tuple[FetchPartition, FetchResult]]:
+    """An incremental fetch of a session (KIP-227; see ``replication.fetch_session``).
+
+    Reads only the partitions the request names and those with an event since
+    the session last read them, and answers those with something new. Waits,
+    as a full fetch does, until min_bytes are there, an error, or max_wait_ms;
+    an event on the session's partitions wakes it.
+
+    Returns:
+        (partition as the session has it, result) for each partition answered.
+    """
+    deadline = trio.current_time() + max(params.max_wait_ms, 0) / 1000
+    pending: dict[TopicPartition, None] = dict.fromkeys(requested)
+    answer: dict[TopicPartition, tuple[FetchPartition, FetchResult]] = {}
+    while True:
+        pending.update(dict.fromkeys(session.dirty))
+        session.dirty.clear()
+        # Fresh before the read: an event from here on wakes the wait below.
+        session.wake = trio.Event()
+        wanted = [_cached_partition(tp, session.partitions[tp]) for tp in pending
+                  if tp in session.partitions]
+        pending.clear()
+        sub = FetchParams(wanted, 0, params.min_bytes, params.max_bytes, params.read_committed,
+                          params.replica_id, params.zero_copy)
+        results, total, any_error, remote = _read_local(replicas, sub)
+        if remote:
+            got, remote_error = await _read_remote(replicas, sub, results, remote, total)
+            total += got
+            any_error = any_error or remote_error
+        _fill_offsets(replicas, sub, results)
+        for p, r in zip(wanted, results, strict=True):
+            tp = (p.topic, p.partition)
+            cached = session.partitions.get(tp)
+            if cached is None:
+                continue
+            if cached.must_respond(r.error, bool(r.records), r.high_watermark,
+                                   r.last_stable_offset, r.log_start_offset,
+                                   r.diverging_epoch is not None) or tp in answer:
+                answer[tp] = (p, r)
+            elif total >= params.max_bytes and not r.records:
+                # The response filled up before this partition's turn: it may
+                # have data, so the next fetch reads it again.
+                session.dirty.add(tp)
+        sent = sum(len(r.records) for _, r in answer.values())
+        if (sent >= params.min_bytes or any_error or remote
+                or trio.current_time() >= deadline):
+            break
+        for tp, (_, r) in answer.items():
+            if r.records:
+                pending[tp] = None  # read again after the wait, with what came since
+        _close_slices([r for _, r in answer.values()])
+        with trio.move_on_at(deadline):
+            await session.wake.wait()
+    if params.is_follower:
+        replicas.stats.bytes_out.inc(sum(len(r.records) for _, r in answer.values()))
+    return list(answer.values())
+
+
+def _cached_partition(tp: TopicPartition, cached: CachedPartition) -> FetchPartition:
+    return FetchPartition(tp[0], tp[1], cached.fetch_offset, cached.max_bytes,
+                          cached.current_leader_epoch,
+                          last_fetched_epoch=cached.last_fetched_epoch)

@@ -6,8 +6,13 @@ A follower partition is assigned to one fetcher: one per (leader broker,
 fetcher index), num.replica.fetchers per leader, the partition's index
 hashed over them as Kafka does. A fetcher is one trio task with one
 connection that sends Fetch requests (v12: topic names, last fetched epoch)
-for every partition it holds that is ready, and applies each partition's
-answer. Each partition moves through a small state machine:
+for the partitions it holds that are ready, and applies each partition's
+answer. It keeps a fetch session with its leader (KIP-227, ``LeaderSession``):
+the first request names every ready partition and opens the session; later
+ones name only the partitions whose position changed (and forget those no
+longer ready), and the leader answers only partitions with news, so an idle
+partition costs no bytes and no encoding on either side. Each partition
+moves through a small state machine:
 
     FETCHING ----(diverging epoch)----> TRUNCATING ---(truncated)---> FETCHING
     FETCHING --(OFFSET_MOVED_TO_TIERED_STORAGE)--> BUILDING_REMOTE_AUX_STATE
@@ -31,7 +36,9 @@ exponential backoff (the next fetch gets OFFSET_MOVED_TO_TIERED_STORAGE
 again).
 
 Error handling: a partition's error delays only that partition for
-replica.fetch.backoff.ms; a connection failure delays the whole fetcher. A
+replica.fetch.backoff.ms; a connection failure delays the whole fetcher and
+starts a new session. A session the leader no longer has (evicted,
+restarted) or an epoch it refuses starts a new one with a full request. A
 new LeaderAndIsr moves the partition to another fetcher (or to leadership)
 and resets its state.
 """
@@ -41,6 +48,7 @@ from __future__ import annotations
 import enum
 import math
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +59,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
 from replication import remote_aux_state
+from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
 from replication.peer import Peer, PeerError
 from storage.log.manager import TopicPartition
 
@@ -99,6 +108,9 @@ class FollowerPartition:
     # Failed attempts to rebuild from the remote tier in a row, and the last error.
     aux_failures: int = 0
     aux_error: str | None = None
+    # The number of the first fetch request that can carry it (an answer to an
+    # earlier request is about a partition it replaced).
+    first_request: int = 0
 
     def move(self, to: FollowerState) -> None:
         if to not in TRANSITIONS[self.state]:
@@ -110,6 +122,81 @@ def fetcher_index(tp: TopicPartition, fetchers: int) -> int:
     """Kafka's fetcher id: abs(31 * topic.hashCode + partition) % num.replica.fetchers
     (any stable spread does; this one is stable across restarts)."""
     return (zlib.crc32(tp[0].encode()) * 31 + tp[1]) % max(fetchers, 1)
+
+
+# What a fetch request tells the leader about one partition: fetch offset,
+# current leader epoch, last fetched epoch, log start offset.
+Position = tuple[int, int, int, int]
+
+
+class LeaderSession:
+    """The follower's side of its fetch session with one leader (KIP-227's
+    FetchSessionHandler): which request to send next, full or incremental.
+
+    ``sent`` is what the leader's session holds for each partition, as of the
+    last answered request. Opening a session names every fetching partition;
+    after that only the partitions the fetcher reports as changed are named,
+    and only if their position differs from ``sent``: the work per request
+    follows what changed, not how many partitions the session holds.
+    """
+
+    def __init__(self) -> None:
+        self.id = NO_SESSION
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[TopicPartition, Position] = {}
+        # The request out: (named, forgotten), applied to ``sent`` once answered.
+        self._out: tuple[dict[TopicPartition, Position], list[TopicPartition]] = ({}, [])
+
+    @property
+    def opening(self) -> bool:
+        return self.epoch == INITIAL_EPOCH
+
+    def build(self, changed: dict[TopicPartition, Position], left: Iterable[TopicPartition]
+              ) -> tuple[dict[TopicPartition, Position], list[TopicPartition]]:
+        """(partitions to name with their positions, partitions to forget).
+
+        Args:
+            changed: fetching partitions whose position may have moved (every
+                fetching partition when ``opening``).
+            left: partitions that stopped fetching since the last request.
+        """
+        if self.opening:
+            named, forgotten = dict(changed), []
+        else:
+            named = {tp: pos for tp, pos in changed.items() if self.sent.get(tp) != pos}
+            forgotten = [tp for tp in left if tp in self.sent and tp not in changed]
+        self._out = (named, forgotten)
+        return named, forgotten
+
+    def answered(self, error: ErrorCode, session_id: int) -> bool:
+        """Take the leader's answer to the last request built.
+
+        Returns:
+            False if the leader refused the session (the next request opens a
+            new one, naming every partition).
+        """
+        named, forgotten = self._out
+        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                     ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info("fetch session refused by the leader; starting a new one",
+                     session=self.id, error=error.name)
+            self.id, self.epoch, self.sent = NO_SESSION, INITIAL_EPOCH, {}
+            return False
+        if self.opening:
+            self.id = session_id
+            self.epoch = INITIAL_EPOCH if session_id == NO_SESSION else 1
+            self.sent = dict(named) if self.id != NO_SESSION else {}
+            return True
+        self.epoch = self.epoch + 1 if self.epoch < 0x7FFFFFFF else 1
+        self.sent.update(named)
+        for tp in forgotten:
+            self.sent.pop(tp, None)
+        return True
+
+    def reset(self) -> None:
+        """After a lost answer: the next request is full, closing the old session."""
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}
 
 
 class ReplicaFetcher:
@@ -128,9 +215,22 @@ class ReplicaFetcher:
         self._nursery: trio.Nursery | None = None
         # The fetch in flight, cancelled when a partition joins (see ``add``).
         self._in_flight: trio.CancelScope | None = None
+        self.session = LeaderSession()
+        # Kept so that no step walks every partition: the partitions not
+        # FETCHING (checked for the end of their delay), the fetching ones
+        # whose position may have moved since the last request, and those
+        # that stopped fetching since then (to forget in the session).
+        self._waiting: set[TopicPartition] = set()
+        self._changed: set[TopicPartition] = set()
+        self._left: set[TopicPartition] = set()
+        # Fetch requests sent so far.
+        self._requests = 0
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
-        self.partitions[tp] = FollowerPartition(tp, leader_epoch)
+        self.partitions[tp] = FollowerPartition(tp, leader_epoch,
+                                                first_request=self._requests + 1)
+        self._waiting.discard(tp)
+        self._changed.add(tp)
         part = self.replicas.partitions.get(tp)
         if part is not None:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
@@ -143,6 +243,20 @@ class ReplicaFetcher:
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._waiting.discard(tp)
+        self._changed.discard(tp)
+        self._left.add(tp)
+
+    def _move(self, fp: FollowerPartition, to: FollowerState) -> None:
+        """``fp.move``, keeping the fetcher's sets of partitions current."""
+        fp.move(to)
+        if to is S.FETCHING:
+            self._waiting.discard(fp.tp)
+            self._changed.add(fp.tp)
+        else:
+            self._waiting.add(fp.tp)
+            self._changed.discard(fp.tp)
+            self._left.add(fp.tp)
 
     async def run(self) -> None:
         with self.cancel_scope:
@@ -152,75 +266,99 @@ class ReplicaFetcher:
 
     async def _fetch_loop(self) -> None:
         while True:
-            ready = self._ready()
-            if not ready:
+            if not self._ready():
                 await self._sleep_until_ready()
                 continue
+            request = self._build()
+            self._requests += 1
+            number = self._requests
             response = None
             try:
                 with trio.CancelScope() as self._in_flight:
                     response = await self.leader.request(FetchRequest, FetchResponse,
-                                                         FETCH_VERSION, self._build(ready))
+                                                         FETCH_VERSION, request)
             except PeerError as exc:
                 log.info("replica fetch failed; backing off", leader=self.leader.node_id,
                          error=str(exc))
+                self.session.reset()
                 await trio.sleep(self._backoff)
                 continue
             finally:
                 self._in_flight = None
             if response is None:
                 # Cut short by ``add``: its answer would be read as the next one's.
+                self.session.reset()
                 await self.leader.close()
                 continue
-            self._apply(ready, response)
+            if self.session.answered(ErrorCode(response.error_code), response.session_id):
+                self._apply(number, response)
 
-    def _ready(self) -> list[FollowerPartition]:
+    def _ready(self) -> bool:
+        """Move partitions whose delay is over back to FETCHING; whether any fetches."""
         now = trio.current_time()
-        out = []
-        for fp in self.partitions.values():
+        for tp in list(self._waiting):
+            fp = self.partitions.get(tp)
+            if fp is None:
+                self._waiting.discard(tp)
+                continue
             if fp.state in (S.DELAYED, S.BUILDING_REMOTE_AUX_STATE) and now >= fp.delayed_until:
-                fp.move(S.FETCHING)
+                self._move(fp, S.FETCHING)
             if fp.state is S.TRUNCATING:
                 self._truncate(fp)
-            if fp.state is S.FETCHING:
-                out.append(fp)
-        return out
+        return len(self._waiting) < len(self.partitions)
 
     async def _sleep_until_ready(self) -> None:
         self._wake = trio.Event()
-        delayed = [fp.delayed_until for fp in self.partitions.values()]
+        delayed = [fp.delayed_until for tp in self._waiting
+                   if (fp := self.partitions.get(tp)) is not None]
         with trio.move_on_at(min(delayed) if delayed else trio.current_time() + 1):
             await self._wake.wait()
 
-    def _build(self, ready: list[FollowerPartition]) -> Any:
+    def _position(self, fp: FollowerPartition) -> Position | None:
+        part = self.replicas.partitions.get(fp.tp)
+        if part is None:
+            return None
+        lg = part.log
+        return lg.end_offset, fp.leader_epoch, lg.epochs.latest_epoch, lg.log_start_offset
+
+    def _build(self) -> Any:
         req = FetchRequest[FETCH_VERSION]
         topic_cls = req.FetchTopic
         part_cls = topic_cls.FetchPartition
+        candidates = (self.partitions if self.session.opening else self._changed)
+        changed = {tp: pos for tp in candidates
+                   if (fp := self.partitions.get(tp)) is not None and fp.state is S.FETCHING
+                   and (pos := self._position(fp)) is not None}
+        named, forgotten = self.session.build(changed, self._left)
+        self._changed = set()
+        self._left = set()
         by_topic: dict[str, list[Any]] = {}
-        for fp in ready:
-            part = self.replicas.partitions.get(fp.tp)
-            if part is None:
-                continue
-            lg = part.log
-            by_topic.setdefault(fp.tp[0], []).append(part_cls(
-                partition=fp.tp[1], current_leader_epoch=fp.leader_epoch,
-                fetch_offset=lg.end_offset, last_fetched_epoch=lg.epochs.latest_epoch,
-                log_start_offset=lg.log_start_offset,
+        for tp, (offset, leader_epoch, last_epoch, log_start) in named.items():
+            by_topic.setdefault(tp[0], []).append(part_cls(
+                partition=tp[1], current_leader_epoch=leader_epoch, fetch_offset=offset,
+                last_fetched_epoch=last_epoch, log_start_offset=log_start,
                 partition_max_bytes=self.config["replica.fetch.max.bytes"]))
+        gone: dict[str, list[int]] = {}
+        for topic, partition in forgotten:
+            gone.setdefault(topic, []).append(partition)
         return req(replica_id=self.node_id, max_wait_ms=self.config["replica.fetch.wait.max.ms"],
                    min_bytes=self.config["replica.fetch.min.bytes"],
                    max_bytes=self.config["replica.fetch.response.max.bytes"], isolation_level=0,
-                   session_id=0, session_epoch=-1,
+                   session_id=self.session.id, session_epoch=self.session.epoch,
                    topics=[topic_cls(topic=t, partitions=ps) for t, ps in by_topic.items()],
-                   forgotten_topics_data=[], rack_id="")
+                   forgotten_topics_data=[req.ForgottenTopic(topic=t, partitions=ps)
+                                          for t, ps in gone.items()],
+                   rack_id="")
 
-    def _apply(self, ready: list[FollowerPartition], response: Any) -> None:
-        sent = {fp.tp: fp for fp in ready}
+    def _apply(self, number: int, response: Any) -> None:
+        """Apply the answer to request ``number``: only the partitions it names
+        (with a session, those with news)."""
         for topic in response.responses:
             for p in topic.partitions:
-                fp = sent.get((topic.topic, p.partition_index))
-                if fp is None or self.partitions.get(fp.tp) is not fp:
-                    continue  # moved to another leader while the fetch was out
+                fp = self.partitions.get((topic.topic, p.partition_index))
+                if fp is None or fp.first_request > number or fp.state is not S.FETCHING:
+                    continue  # replaced, moved or stopped while the fetch was out
+                self._changed.add(fp.tp)
                 try:
                     self._apply_partition(fp, p)
                 except KafkaApiError as exc:
@@ -234,7 +372,7 @@ class ReplicaFetcher:
             log.info("follower below the leader's local log start; rebuilding from the "
                      "remote tier", topic=fp.tp[0], partition=fp.tp[1],
                      leader=self.leader.node_id)
-            fp.move(S.BUILDING_REMOTE_AUX_STATE)
+            self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
             fp.delayed_until = math.inf  # until the build task says otherwise
             assert self._nursery is not None
             self._nursery.start_soon(self._build_aux_state, fp)
@@ -280,12 +418,12 @@ class ReplicaFetcher:
             local_epoch, local_end = lg.epochs.end_offset_for(epoch, lg.end_offset)
             target = min(end_offset, lg.end_offset if local_epoch == UNDEFINED else local_end)
         fp.truncate_to = target
-        fp.move(S.TRUNCATING)
+        self._move(fp, S.TRUNCATING)
         self._truncate(fp)
 
     def _truncate(self, fp: FollowerPartition) -> None:
         self.replicas.truncate(fp.tp, fp.truncate_to)
-        fp.move(S.FETCHING)
+        self._move(fp, S.FETCHING)
 
     def _out_of_range(self, fp: FollowerPartition, p: Any) -> None:
         """Our log end is outside the leader's log: below its start, start over
@@ -297,7 +435,7 @@ class ReplicaFetcher:
             self.replicas.truncate_fully(fp.tp, p.log_start_offset)
         else:
             fp.truncate_to = max(p.high_watermark, 0)
-            fp.move(S.TRUNCATING)
+            self._move(fp, S.TRUNCATING)
             self._truncate(fp)
 
     async def _build_aux_state(self, fp: FollowerPartition) -> None:
@@ -343,7 +481,7 @@ class ReplicaFetcher:
         self._wake.set()
 
     def _delay(self, fp: FollowerPartition) -> None:
-        fp.move(S.DELAYED)
+        self._move(fp, S.DELAYED)
         fp.delayed_until = trio.current_time() + self._backoff
 
 

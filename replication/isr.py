@@ -17,6 +17,7 @@ isr-change notifications are needed to refresh it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -67,12 +68,15 @@ class IsrManager:
         now = trio.current_time()
         for r in part.isr:
             part.follower_caught_up_at.setdefault(r, now)
-        lagging = {r for r in part.isr if r != self.node_id
-                   and now - part.follower_caught_up_at[r] > self.lag_max_s}
+        # Seconds since each replica was last caught up (an ISR member always
+        # has a time, set just above; inf: never).
+        behind = {r: now - at if (at := self.replicas.caught_up_at(part, r, now)) is not None
+                  else math.inf for r in {*part.replicas, *part.isr}}
+        lagging = {r for r in part.isr if r != self.node_id and behind[r] > self.lag_max_s}
         # Joining takes a follower that is fetching now (caught up within the lag
         # limit) and has reached the high watermark in the current epoch.
         joining = [r for r in part.replicas if r not in part.isr
-                   and now - part.follower_caught_up_at.get(r, float("-inf")) <= self.lag_max_s
+                   and behind[r] <= self.lag_max_s
                    and part.follower_end_offsets.get(r, -1) >= part.high_watermark
                    and part.follower_end_offsets.get(r, -1) >= self._epoch_start(part)]
         if not lagging and not joining:

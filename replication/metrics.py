@@ -7,6 +7,9 @@ What Kafka calls them and where they live there:
 - kafka.server:type=BrokerTopicMetrics — ReplicationBytesInPerSec (a follower's
   fetched bytes) and ReplicationBytesOutPerSec (a leader's bytes sent to
   followers);
+- kafka.server:type=FetchSessionCache — NumIncrementalFetchSessions and
+  NumIncrementalFetchPartitionsCached (gauges), IncrementalFetchSessionEvictionsPerSec
+  (a meter);
 - kafka.controller:type=KafkaController — ActiveControllerCount and
   OfflinePartitionsCount (0 on every broker but the active controller);
 - kafka.controller:type=ControllerStats — LeaderElectionRateAndTimeMs (a timer
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from replication.fetcher import FollowerState
@@ -181,8 +184,20 @@ class FollowerGauges:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchSessionGauges:
+    """Kafka's FetchSessionCache metrics (kafka.server:type=FetchSessionCache)."""
+
+    sessions: int = 0
+    partitions: int = 0
+    # A meter in Kafka; a counter here, as the other meters.
+    evictions: int = 0
+    incremental_requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationSnapshot:
     replica: ReplicaGauges = ReplicaGauges()
+    sessions: FetchSessionGauges = FetchSessionGauges()
     # None in single-node mode, which has no controller.
     controller: ControllerGauges | None = None
     followers: FollowerGauges = FollowerGauges()
@@ -211,8 +226,11 @@ class ReplicationCollector(Collector):
         controller = None if self.controller is None else ControllerGauges.of(self.controller)
         followers = (FollowerGauges() if self.follower_states is None
                      else FollowerGauges.of(self.follower_states()))
+        cache = self.replicas.fetch_sessions
         self.latest = ReplicationSnapshot(
             ReplicaGauges.of(self.replicas.partitions.values(), self.replicas.node_id),
+            FetchSessionGauges(cache.size, cache.partitions_cached, cache.evictions,
+                               cache.incremental_requests),
             controller, followers)
 
     async def run(self, interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
@@ -224,6 +242,18 @@ class ReplicationCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         latest = self.latest
         yield from _gauges(_REPLICA_GAUGES, latest.replica)
+        yield GaugeMetricFamily(f"{PREFIX}NumIncrementalFetchSessions",
+                                "Fetch sessions (KIP-227) this broker keeps",
+                                value=latest.sessions.sessions)
+        yield GaugeMetricFamily(f"{PREFIX}NumIncrementalFetchPartitionsCached",
+                                "Partitions held by this broker's fetch sessions",
+                                value=latest.sessions.partitions)
+        yield CounterMetricFamily(f"{PREFIX}IncrementalFetchSessionEvictionsPerSec",
+                                  "Fetch sessions evicted to make room for new ones",
+                                  value=latest.sessions.evictions)
+        yield CounterMetricFamily(f"{PREFIX}incremental_fetch_requests",
+                                  "Incremental fetch requests (KIP-227) this broker answered",
+                                  value=latest.sessions.incremental_requests)
         if latest.controller is not None:
             yield from _gauges(_CONTROLLER_GAUGES, latest.controller)
         if self.follower_states is not None:

@@ -34,6 +34,7 @@ from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from replication import fetch as fetch_path
 from replication import list_offsets
+from replication.fetch_session import FetchSession, FetchSessionCache
 from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
@@ -72,6 +73,14 @@ class ReplicaManager:
         self.delayed_fetch_consumers = Purgatory()
         self.delayed_fetch_followers = Purgatory()
         self.delayed_produce = Purgatory()
+        # Fetch sessions (KIP-227): told about the same events as the
+        # delayed fetches (``_changed``).
+        self.fetch_sessions = FetchSessionCache(
+            config["max.incremental.fetch.session.cache.slots"])
+        # trio time of each follower's last fetch (any partition): with fetch
+        # sessions a follower names an idle partition only when it changes,
+        # so the ISR check asks whether it is still fetching at all.
+        self.follower_fetched_at: dict[int, float] = {}
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
         # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
@@ -94,6 +103,7 @@ class ReplicaManager:
         part.log.epochs.assign(state.leader_epoch, part.log.end_offset)
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
+        self.fetch_sessions.notify(tp)
         self._start_tiering(part)
         return part
 
@@ -114,6 +124,7 @@ class ReplicaManager:
         self.delayed_produce.notify(tp)
         self.delayed_fetch_consumers.notify(tp)
         self.delayed_fetch_followers.notify(tp)
+        self.fetch_sessions.notify(tp)
         return part
 
     def _take_state(self, tp: TopicPartition, topic_id: object, config: LogConfig,
@@ -172,6 +183,7 @@ class ReplicaManager:
         if hw > part.high_watermark:
             part.high_watermark = hw
             self.delayed_fetch_consumers.notify(tp)
+            self.fetch_sessions.notify(tp)
 
     async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
@@ -181,6 +193,7 @@ class ReplicaManager:
         self.delayed_fetch_consumers.notify(tp)
         self.delayed_fetch_followers.notify(tp)
         self.delayed_produce.notify(tp)
+        self.fetch_sessions.notify(tp)
         if part is not None and delete:
             await self.logs.delete(tp)
 
@@ -302,8 +315,10 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                 f"{tp[0]}-{tp[1]}: {len(part.isr)} in-sync replicas, "
                                 f"min.insync.replicas is {min_isr}")
+        self._hold_caught_up(part)
         result = part.log.append_as_leader(data, part.leader_epoch, origin)
         self.delayed_fetch_followers.notify(tp)
+        self.fetch_sessions.notify(tp)
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
         if result.needs_flush:
@@ -401,6 +416,7 @@ class ReplicaManager:
     def _on_high_watermark(self, tp: TopicPartition) -> None:
         self.delayed_fetch_consumers.notify(tp)
         self.delayed_produce.notify(tp)
+        self.fetch_sessions.notify(tp)
 
     def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
         if tp in self._flushing or self._nursery is None:
@@ -418,8 +434,42 @@ class ReplicaManager:
     # -- reads ------------------------------------------------------------------
 
     async def fetch(self, params: fetch_path.FetchParams) -> list[fetch_path.FetchResult]:
-        """Answer a fetch (see ``replication.fetch``)."""
+        """Answer a full fetch (see ``replication.fetch``)."""
+        if params.is_follower:
+            self.follower_fetched_at[params.replica_id] = trio.current_time()
         return await fetch_path.fetch(self, params)
+
+    async def fetch_incremental(self, params: fetch_path.FetchParams, session: FetchSession,
+                                requested: list[TopicPartition]
+                                ) -> list[tuple[fetch_path.FetchPartition, fetch_path.FetchResult]]:
+        """Answer an incremental fetch of ``session`` (see ``replication.fetch``)."""
+        if params.is_follower:
+            self.follower_fetched_at[params.replica_id] = trio.current_time()
+        return await fetch_path.fetch_incremental(self, params, session, requested)
+
+    def _hold_caught_up(self, part: Partition) -> None:
+        """Before the log end moves: followers at the log end now (see
+        ``caught_up_at``) were caught up until this moment, and are judged from
+        it, not from the last fetch that named this partition (which, for an
+        idle partition in a session, may be long ago)."""
+        now = trio.current_time()
+        for replica in part.follower_end_offsets:
+            if self.caught_up_at(part, replica, now) == now:
+                part.follower_caught_up_at[replica] = now
+
+    def caught_up_at(self, part: Partition, replica: int, now: float) -> float | None:
+        """When ``replica`` was last caught up on ``part`` (leader only; None: never).
+
+        A follower whose last fetch offset is the log end is caught up now if it
+        is fetching at all (within replica.lag.time.max.ms): with a fetch
+        session it names an idle partition only when its position changes.
+        """
+        at = part.follower_caught_up_at.get(replica)
+        fetched = self.follower_fetched_at.get(replica)
+        if (fetched is not None and now - fetched <= self.config["replica.lag.time.max.ms"] / 1000
+                and part.follower_end_offsets.get(replica, -1) >= part.log.end_offset):
+            return now
+        return at
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool, zero_copy: bool = False) -> bytes | FileSlice:
@@ -490,7 +540,9 @@ class ReplicaManager:
         """
         part = self.leader_partition(tp)
         hw = part.high_watermark
-        return part.log.delete_records(hw if offset == -1 else offset, hw)
+        low = part.log.delete_records(hw if offset == -1 else offset, hw)
+        self.fetch_sessions.notify(tp)
+        return low
 
     def log_dir_partitions(self) -> list[LogDirPartition]:
         """Every hosted partition with its size and offset lag, for DescribeLogDirs.

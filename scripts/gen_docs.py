@@ -49,6 +49,7 @@ METRICS_MD = ROOT / "docs" / "metrics.md"
 # TopicBasedRemoteLogMetadataManager / LocalTieredStorage plugins) has under the
 # same name.
 KAFKA_KEYS = frozenset("""
+max.incremental.fetch.session.cache.slots
 node.id broker.id listeners advertised.listeners listener.security.protocol.map
 inter.broker.listener.name security.inter.broker.protocol ssl.keystore.type
 ssl.keystore.location ssl.keystore.password ssl.key.password ssl.keystore.key
@@ -439,7 +440,10 @@ def exported_metrics() -> list[MetricRow]:
     from storage.remote.metrics import RemoteMetrics
 
     def replicas() -> Any:
-        return SimpleNamespace(stats=ReplicaStats(), partitions={}, node_id=0)
+        from replication.fetch_session import FetchSessionCache
+
+        return SimpleNamespace(stats=ReplicaStats(), partitions={}, node_id=0,
+                               fetch_sessions=FetchSessionCache(0))
 
     broker = BrokerMetrics()
     broker.add_log_sizes(lambda: [("topic", 0, 0)])

@@ -1,10 +1,12 @@
 """Fetch: requests in, ``ReplicaManager.fetch`` (local and remote reads, the
 delayed-fetch wait; see ``replication.fetch``), responses out.
 
-Fetch sessions (KIP-227): tierd answers every fetch as a full, session-less
-fetch (session id 0), which the protocol defines as correct; clients then
-keep sending full requests. A request naming a session id we never gave out
-gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227, v7+): a full request with epoch 0 opens a session
+(when the cache has room), later requests of it are incremental and are
+answered with the partitions that changed; see ``replication.fetch_session``
+for the cases and the cache's rules. A request naming a session we do not
+have gets FETCH_SESSION_ID_NOT_FOUND, one with the wrong epoch
+INVALID_FETCH_SESSION_EPOCH, and the client starts over with a full request.
 
 Topic ids (v13+): a request naming an unknown topic id gets UNKNOWN_TOPIC_ID
 for those partitions. The replica id comes from the request body up to v14
@@ -20,6 +22,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker import zero_copy
@@ -29,6 +32,16 @@ from broker.zero_copy import SplicedResponse
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from replication.fetch import CONSUMER_REPLICA_ID, FetchParams, FetchPartition, FetchResult
+from replication.fetch_session import (
+    FINAL_EPOCH,
+    FIRST_SESSION_VERSION,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    CachedPartition,
+    FetchSession,
+    FetchSessionCache,
+    SessionError,
+)
 from storage.log.file_slice import FileSlice
 
 READ_COMMITTED = 1
@@ -41,18 +54,89 @@ _REPLICA_STATE_VERSION = 15
 async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
     v = header.api_version
     resp = FetchResponse[v]
-    if req.session_id != 0:
-        ctx.metrics.error("Fetch", ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
-        return resp(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                    session_id=0, responses=[])
     wanted, topic_ids = _resolve(ctx, req, v)
     params = FetchParams(wanted, max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
                          max_bytes=req.max_bytes,
                          read_committed=req.isolation_level == READ_COMMITTED,
                          replica_id=replica_id(req, v),
                          zero_copy=ctx.config["tierd.fetch.zero.copy"])
+    sessions = ctx.replicas.fetch_sessions
+    session_id, epoch = ((req.session_id, req.session_epoch) if v >= FIRST_SESSION_VERSION
+                         else (NO_SESSION, FINAL_EPOCH))
+    now = trio.current_time()
+    if epoch > INITIAL_EPOCH:
+        try:
+            incremental = sessions.incremental(session_id, epoch, now)
+        except SessionError as exc:
+            ctx.metrics.error("Fetch", exc.code)
+            return resp(throttle_time_ms=0, error_code=exc.code, session_id=NO_SESSION,
+                        responses=[])
+        return await _incremental(ctx, resp, v, req, params, topic_ids, incremental)
+    if session_id != NO_SESSION:
+        sessions.close(session_id)
+    session: FetchSession | None = None
+    if epoch == INITIAL_EPOCH:
+        session = sessions.open(params.is_follower, len(wanted), now)
+    if session is not None:
+        # Watching before the read: an event from here on is read next time.
+        _put(sessions, session, wanted, topic_ids)
     results = await ctx.replicas.fetch(params)
-    return _build(ctx, resp, v, params, topic_ids, results)
+    if session is not None:
+        for p, r in zip(wanted, results, strict=True):
+            cached = session.partitions.get((p.topic, p.partition))
+            if cached is not None:
+                cached.must_respond(r.error, bool(r.records), r.high_watermark,
+                                    r.last_stable_offset, r.log_start_offset,
+                                    r.diverging_epoch is not None)
+    return _build(ctx, resp, v, params, topic_ids, results,
+                  session.id if session is not None else NO_SESSION)
+
+
+async def _incremental(ctx: BrokerContext, resp: Any, v: int, req: Any, params: FetchParams,
+                       topic_ids: list[uuid.UUID | None], session: FetchSession) -> Any:
+    """An incremental request: the session updated with the request's partitions
+    and forgotten topics, then answered with what changed."""
+    sessions = ctx.replicas.fetch_sessions
+    sessions.forget(session, _forgotten(ctx, req, v, session))
+    refused = [(p, tid) for p, tid in zip(params.partitions, topic_ids, strict=True) if p.error]
+    _put(sessions, session, params.partitions, topic_ids)
+    requested = [(p.topic, p.partition) for p in params.partitions if not p.error]
+    answered = await ctx.replicas.fetch_incremental(params, session, requested)
+    parts = [p for p, _ in refused] + [p for p, _ in answered]
+    ids = [tid for _, tid in refused] + [session.partitions[(p.topic, p.partition)].topic_id
+                                         if (p.topic, p.partition) in session.partitions
+                                         else None for p, _ in answered]
+    results = [FetchResult(p.error) for p, _ in refused] + [r for _, r in answered]
+    shown = FetchParams(parts, params.max_wait_ms, params.min_bytes, params.max_bytes,
+                        params.read_committed, params.replica_id, params.zero_copy)
+    return _build(ctx, resp, v, shown, ids, results, session.id)
+
+
+def _put(sessions: FetchSessionCache, session: FetchSession, wanted: list[FetchPartition],
+         topic_ids: list[uuid.UUID | None]) -> None:
+    for p, tid in zip(wanted, topic_ids, strict=True):
+        if not p.error:
+            sessions.put(session, (p.topic, p.partition), CachedPartition(
+                tid, p.offset, p.max_bytes, p.current_leader_epoch, p.last_fetched_epoch))
+
+
+def _forgotten(ctx: BrokerContext, req: Any, v: int, session: FetchSession
+               ) -> list[tuple[str, int]]:
+    """The partitions ``forgotten_topics_data`` names (by topic id from v13: a
+    topic deleted meanwhile is found by the id the session kept)."""
+    out: list[tuple[str, int]] = []
+    for t in req.forgotten_topics_data or ():
+        if v >= _TOPIC_ID_VERSION:
+            info = ctx.metadata.topic_by_id(t.topic_id)
+            if info is not None:
+                name = info.name
+            else:
+                name = next((tp[0] for tp, c in session.partitions.items()
+                             if c.topic_id == t.topic_id), "")
+        else:
+            name = t.topic
+        out.extend((name, p) for p in t.partitions)
+    return out
 
 
 def replica_id(req: Any, v: int) -> int:
@@ -83,52 +167,63 @@ def _resolve(ctx: BrokerContext, req: Any, v: int
 
 
 def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
-           topic_ids: list[uuid.UUID | None], results: list[FetchResult]) -> Any:
+           topic_ids: list[uuid.UUID | None], results: list[FetchResult],
+           session_id: int) -> Any:
     """The response; a ``SplicedResponse`` around it when local data comes as
     file slices (sent with sendfile)."""
     spliced = SplicedResponse(None)
     topic_cls = resp.FetchableTopicResponse
     part_cls = topic_cls.PartitionData
-    aborted_cls = part_cls.AbortedTransaction
     hints = (leader_discovery.LeaderHints(ctx.metadata)
              if v >= leader_discovery.FETCH_VERSION else None)
-    by_topic: dict[tuple[str, uuid.UUID | None], list[Any]] = {}
+    # Each topic's partitions together, in the order the response encodes
+    # them: the file slices' placeholders must be made in that order.
+    grouped: dict[tuple[str, uuid.UUID | None], list[tuple[FetchPartition, FetchResult]]] = {}
     for p, topic_id, r in zip(params.partitions, topic_ids, results, strict=True):
-        if r.error:
-            ctx.metrics.error("Fetch", r.error)
-        elif r.records:
-            ctx.metrics.child(ctx.metrics.bytes_out, p.topic).inc(len(r.records))
-        aborted = None
-        if params.read_committed:
-            aborted = [aborted_cls(producer_id=t.producer_id, first_offset=t.first_offset)
-                       for t in r.aborted or ()]
-        extra = {}
-        if r.diverging_epoch is not None:
-            epoch, end = r.diverging_epoch
-            extra["diverging_epoch"] = part_cls.EpochEndOffset(epoch=epoch, end_offset=end)
-        if hints is not None and r.error in leader_discovery.FETCH_ERRORS:
-            extra["current_leader"] = hints.current_leader((p.topic, p.partition),
-                                                           part_cls.LeaderIdAndEpoch)
-        data = r.records
-        if isinstance(data, FileSlice) or (params.zero_copy
-                                           and len(data) >= zero_copy.SEND_APART_BYTES):
-            data = spliced.placeholder(data)
-        by_topic.setdefault((p.topic, topic_id), []).append(part_cls(
-            partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
-            last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=data,
-            **extra))
-    topics = [topic_cls(topic=name, topic_id=tid, partitions=parts)
-              for (name, tid), parts in by_topic.items()]
+        grouped.setdefault((p.topic, topic_id), []).append((p, r))
+    topics = [topic_cls(topic=name, topic_id=tid, partitions=[
+        _partition_answer(ctx, part_cls, params, hints, spliced, p, r) for p, r in answers])
+        for (name, tid), answers in grouped.items()]
     if hints is None:
-        response = resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        response = resp(throttle_time_ms=0, error_code=0, session_id=session_id,
+                        responses=topics)
     else:
-        response = resp(throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
+        response = resp(throttle_time_ms=0, error_code=0, session_id=session_id,
+                        responses=topics,
                         node_endpoints=hints.node_endpoints(resp.NodeEndpoint))
     if not spliced.slices:
         return response
     spliced.response = response
     return spliced
+
+
+def _partition_answer(ctx: BrokerContext, part_cls: Any, params: FetchParams,
+                      hints: leader_discovery.LeaderHints | None, spliced: SplicedResponse,
+                      p: FetchPartition, r: FetchResult) -> Any:
+    if r.error:
+        ctx.metrics.error("Fetch", r.error)
+    elif r.records:
+        ctx.metrics.child(ctx.metrics.bytes_out, p.topic).inc(len(r.records))
+    aborted = None
+    if params.read_committed:
+        aborted = [part_cls.AbortedTransaction(producer_id=t.producer_id,
+                                               first_offset=t.first_offset)
+                   for t in r.aborted or ()]
+    extra = {}
+    if r.diverging_epoch is not None:
+        epoch, end = r.diverging_epoch
+        extra["diverging_epoch"] = part_cls.EpochEndOffset(epoch=epoch, end_offset=end)
+    if hints is not None and r.error in leader_discovery.FETCH_ERRORS:
+        extra["current_leader"] = hints.current_leader((p.topic, p.partition),
+                                                       part_cls.LeaderIdAndEpoch)
+    data = r.records
+    if isinstance(data, FileSlice) or (params.zero_copy
+                                       and len(data) >= zero_copy.SEND_APART_BYTES):
+        data = spliced.placeholder(data)
+    return part_cls(partition_index=p.partition, error_code=r.error,
+                    high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
+                    log_start_offset=r.log_start_offset, aborted_transactions=aborted,
+                    preferred_read_replica=-1, records=data, **extra)
 
 
 HANDLERS = {FetchRequest.API_KEY: handle_fetch}
