@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +27,7 @@ import trio
 
 from broker import zero_copy
 from broker.context import BrokerContext, Session, client_host, session
+from broker.deferred import Deferred
 from broker.handlers import HANDLERS
 from broker.security import ListenerSecurity, throttling
 from broker.security.guards import authorize_and_handle
@@ -54,6 +56,21 @@ _BOUNDED_REASONS = frozenset({"unsupported mechanism", "second SaslHandshake"})
 
 class CloseConnection(Exception):
     """Stop serving this connection (after logging why)."""
+
+
+class Later:
+    """An answer still to come in a connection's queue of answers (see
+    ``broker.deferred``): ``await finish()`` gives its encoded parts."""
+
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], Awaitable[bytes | list[zero_copy.Part] | None]]
+                 ) -> None:
+        self.finish = finish
+
+
+# What handling one request gives the connection to send.
+Answer = bytes | list[zero_copy.Part] | Later | None
 
 
 class Connection:
@@ -191,7 +208,9 @@ class Connection:
                 if not data:
                     return
                 self.decoder.feed(data)
-            out: list[zero_copy.Part] = []
+            # Answers in request order: encoded parts, or answers still to come
+            # (``Later``: an acks=all produce waiting for its ISR).
+            out: list[zero_copy.Part | Later] = []
             drained = False
             try:
                 while True:
@@ -205,6 +224,8 @@ class Connection:
                     response = await self._handle(frame)
                     if isinstance(response, list):
                         out.extend(response)
+                    elif isinstance(response, Later):
+                        out.append(response)
                     elif response is not None:
                         out.append(response)
                     if self.close_after_send or self.mute_until > trio.current_time():
@@ -217,14 +238,37 @@ class Connection:
                         await self._send(out)
                 raise
             except BaseException:
-                zero_copy.close_parts(out)
+                zero_copy.close_parts(item for item in out if not isinstance(item, Later))
                 raise
             if out:
                 await self._send(out)
             if self.close_after_send:
                 raise CloseConnection("authentication_failed")
 
-    async def _send(self, parts: list[zero_copy.Part]) -> None:
+    async def _send(self, out: list[zero_copy.Part | Later]) -> None:
+        """Send the answers in order; what is ready before an answer still to
+        come goes out first, then that one once it is ready, and so on."""
+        ready: list[zero_copy.Part] = []
+        for i, item in enumerate(out):
+            if not isinstance(item, Later):
+                ready.append(item)
+                continue
+            if ready:
+                await self._send_parts(ready)
+                ready = []
+            try:
+                answer = await item.finish()
+            except BaseException:
+                zero_copy.close_parts(out[i + 1:])
+                raise
+            if isinstance(answer, list):
+                ready.extend(answer)
+            elif answer is not None:
+                ready.append(answer)
+        if ready:
+            await self._send_parts(ready)
+
+    async def _send_parts(self, parts: list[zero_copy.Part]) -> None:
         try:
             from_files = await zero_copy.send_parts(self.stream, parts)
         except ShortFileSlice as exc:
@@ -237,7 +281,7 @@ class Connection:
         self.ctx.metrics.protocol_errors.labels(reason).inc()
         raise CloseConnection(reason)
 
-    async def _handle(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
+    async def _handle(self, frame: bytes) -> Answer:
         sasl = self.reauth or self.sasl
         if sasl is not None and not sasl.complete:
             return await self._authenticate(frame, sasl)
@@ -245,7 +289,7 @@ class Connection:
             return await self._handle_in_session(frame)
         return await self._handle_request(frame)
 
-    async def _handle_in_session(self, frame: bytes) -> bytes | list[zero_copy.Part] | None:
+    async def _handle_in_session(self, frame: bytes) -> Answer:
         """KIP-368: a SaslHandshake starts a re-authentication; anything else
         after the session's end closes the connection."""
         assert self.security is not None and self.security.sasl is not None
@@ -281,8 +325,7 @@ class Connection:
 
     # -- SASL ------------------------------------------------------------------------
 
-    async def _authenticate(self, frame: bytes, sasl: SaslAuthenticator
-                            ) -> bytes | list[zero_copy.Part] | None:
+    async def _authenticate(self, frame: bytes, sasl: SaslAuthenticator) -> Answer:
         """A frame of a connection that has not authenticated yet (see
         ``broker.security.sasl`` for what is allowed)."""
         if sasl.raw_tokens:
@@ -382,7 +425,7 @@ class Connection:
             raise AssertionError("unreachable") from None
 
     async def _handle_request(self, frame: bytes, header: api.RequestHeader | None = None
-                              ) -> bytes | list[zero_copy.Part] | None:
+                              ) -> Answer:
         if header is None:
             parsed = self._header(frame)
             if isinstance(parsed, bytes):
@@ -395,18 +438,33 @@ class Connection:
                          api_version=header.api_version)
         spec = api.SUPPORTED[header.api_key]
         started = time.perf_counter()
+        handler = HANDLERS[header.api_key]
         try:
-            handler = HANDLERS[header.api_key]
             if self.ctx.acls is None:
                 response = await handler(self.ctx, header, request)
             else:
                 response = await authorize_and_handle(self.ctx, self.ctx.acls.authorizer,
                                                       header, request, handler)
+        except BaseException as exc:
+            self._handler_done(header, spec, started, exc)
+            raise AssertionError("unreachable") from None
+        if isinstance(response, Deferred):
+            return Later(lambda: self._answer(header, spec, request, len(frame), started,
+                                              response.finish()))
+        return await self._answer(header, spec, request, len(frame), started, None, response)
+
+    async def _answer(self, header: api.RequestHeader, spec: Any, request: Any, size: int,
+                      started: float, pending: Awaitable[Any] | None,
+                      response: Any = None) -> bytes | list[zero_copy.Part] | None:
+        """A handler's response (awaited first if still to come), throttled by
+        quotas and encoded; the request counted in the metrics."""
+        try:
+            if pending is not None:
+                response = await pending
             if response is not None and self.ctx.quotas is not None \
                     and self.ctx.quotas.quotas.entries:
                 throttle_ms = throttling.apply(self.ctx, self.session, header, request,
-                                               response, len(frame),
-                                               time.perf_counter() - started)
+                                               response, size, time.perf_counter() - started)
                 if throttle_ms > 0:
                     self.mute_until = max(self.mute_until,
                                           trio.current_time() + throttle_ms / 1000)
@@ -415,18 +473,27 @@ class Connection:
                 encoded = response.encode(header, spec.is_flexible(header.api_version))
             else:
                 encoded = None if response is None else api.encode_response(header, response)
-        except CloseConnection:
-            raise
-        except Exception:
-            log.exception("request handler failed", api=spec.name, version=header.api_version,
-                          peer=self.peer, client_id=header.client_id)
-            self.ctx.metrics.protocol_errors.labels("handler_error").inc()
-            raise CloseConnection("handler_error") from None
-        finally:
-            metrics = self.ctx.metrics
-            metrics.child(metrics.requests, spec.name, str(header.api_version)).inc()
-            metrics.child(metrics.latency, spec.name).observe(time.perf_counter() - started)
+        except BaseException as exc:
+            self._handler_done(header, spec, started, exc)
+            raise AssertionError("unreachable") from None
+        self._handler_done(header, spec, started, None)
         return encoded
+
+    def _handler_done(self, header: api.RequestHeader, spec: Any, started: float,
+                      exc: BaseException | None) -> None:
+        """Count the request; a handler's failure closes the connection
+        (CloseConnection and cancellation pass through)."""
+        metrics = self.ctx.metrics
+        metrics.child(metrics.requests, spec.name, str(header.api_version)).inc()
+        metrics.child(metrics.latency, spec.name).observe(time.perf_counter() - started)
+        if exc is None:
+            return
+        if isinstance(exc, CloseConnection) or not isinstance(exc, Exception):
+            raise exc
+        log.exception("request handler failed", api=spec.name, version=header.api_version,
+                      peer=self.peer, client_id=header.client_id, exc_info=exc)
+        metrics.protocol_errors.labels("handler_error").inc()
+        raise CloseConnection("handler_error") from None
 
     def _unsupported(self, header: api.RequestHeader) -> bytes:
         if header.api_key == api.API_VERSIONS_KEY:

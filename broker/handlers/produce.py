@@ -25,6 +25,7 @@ import structlog
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker.context import BrokerContext
+from broker.deferred import Deferred
 from broker.handlers import leader_discovery
 from protocol import records as batches
 from protocol.api import RequestHeader
@@ -61,7 +62,10 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
         topics.append(topic_cls(name=topic.name, partition_responses=parts))
     if req.acks == 0:
         return None
-    if waiting:
+    if not waiting:
+        return _response(ctx, resp, v, topics)
+
+    async def replicated() -> Any:
         required = {tp: offset for tp, (_, _, offset) in waiting.items()}
         errors = await ctx.replicas.wait_replicated(required, req.timeout_ms)
         for tp, code in errors.items():
@@ -70,6 +74,14 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
                 log.info("acks=all produce failed", topic=tp[0], partition=tp[1],
                          error=code.name)
                 parts[i] = _error(ctx, part_cls, tp[1], code, code.name)
+        return _response(ctx, resp, v, topics)
+
+    # Appended in request order; the connection goes on with its next request
+    # while this one waits for the ISR (see ``broker.deferred``).
+    return Deferred(replicated)
+
+
+def _response(ctx: BrokerContext, resp: Any, v: int, topics: list[Any]) -> Any:
     if v < leader_discovery.PRODUCE_VERSION:
         return resp(responses=topics, throttle_time_ms=0)
     return resp(responses=topics, throttle_time_ms=0,

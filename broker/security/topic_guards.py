@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from broker.deferred import Deferred
 from broker.handlers.fetch import replica_id
 from broker.security.access import Access, body_of, item_class, response_class
 from broker.security.acl import CLUSTER_NAME
@@ -52,8 +53,14 @@ async def _split(access: Access, header: RequestHeader, req: Any, handler: Handl
         response = resp(throttle_time_ms=0, **{answer_field: []})
     if response is None:
         return None
-    getattr(body_of(response), answer_field).extend(denied(resp, item) for item in refused)
-    return response
+
+    def with_refused(answer: Any) -> Any:
+        getattr(body_of(answer), answer_field).extend(denied(resp, item) for item in refused)
+        return answer
+
+    if isinstance(response, Deferred):
+        return response.map(with_refused)
+    return with_refused(response)
 
 
 def _topic_name(access: Access, name: str | None, topic_id: Any) -> str | None:
