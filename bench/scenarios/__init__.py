@@ -10,6 +10,7 @@ from bench.scenarios import (
     e2e_latency,
     groups,
     rebuild,
+    scale,
     spark,
     throughput,
     tiered,
@@ -17,5 +18,5 @@ from bench.scenarios import (
     zero_copy,
 )
 
-__all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "spark",
+__all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "scale", "spark",
            "zero_copy", "compaction", "tls"]
