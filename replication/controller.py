@@ -56,6 +56,8 @@ from replication.zookeeper import RegisteredBroker, ZkClient
 log = structlog.get_logger(__name__)
 
 TopicPartition = tuple[str, int]
+# Partition-state writes sent to ZooKeeper at once (pipelined on the session).
+WRITE_BATCH = 1000
 
 
 @dataclass(slots=True)
@@ -153,9 +155,8 @@ class Controller:
         self.channel.set_brokers(self.ctx.brokers)
         for topic in await self.zk.get_topics():
             await self._load_topic(topic)
-        restarted = [tp for tp in self.ctx.assignments if await self._drop_restarted(tp)]
-        changed = [tp for tp in self.ctx.assignments
-                   if await self._ensure_leader(tp) or tp in restarted]
+        restarted = await self._write_many(self._restart_choices(list(self.ctx.assignments)))
+        changed = {*restarted, *await self._ensure_leaders(list(self.ctx.assignments))}
         log.info("controller loaded", brokers=sorted(self.ctx.brokers),
                  partitions=len(self.ctx.assignments), elected=len(changed))
         self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
@@ -174,15 +175,17 @@ class Controller:
         self.ctx.unclean[topic] = str(config.get("unclean.leader.election.enable",
                                                  default_unclean)).lower() == "true"
         added = []
+        unknown = []
         for p, replicas in assignment.partitions.items():
             tp = (topic, p)
             if tp not in self.ctx.assignments:
                 added.append(tp)
             self.ctx.assignments[tp] = list(replicas)
             if tp not in self.ctx.states:
-                got = await self.zk.get_partition_state(topic, p)
-                if got is not None:
-                    self.ctx.states[tp] = got
+                unknown.append(tp)
+        for tp, got in zip(unknown, await self.zk.get_partition_states(unknown), strict=True):
+            if got is not None:
+                self.ctx.states[tp] = got
         return added
 
     async def _ensure_leader(self, tp: TopicPartition) -> bool:
@@ -202,41 +205,107 @@ class Controller:
             self.ctx.states[tp] = elections.LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
                                                          new.controller_epoch, *created)
             return True
-        if current.leader in self.ctx.live:
+        new = self._offline_choice(tp, current)
+        if new is None:
             return False
-        new = elections.offline_election(replicas, current, self.ctx.live,
+        written = await self._write(tp, new)
+        if written and new.leader != NO_LEADER and new.leader not in current.isr:
+            self.stats.unclean_elections.inc()
+        return written
+
+    def _offline_choice(self, tp: TopicPartition, current: LeaderAndIsr) -> LeaderAndIsr | None:
+        """The state ``tp`` moves to when its leader is not live (None: it keeps
+        a live leader, or nothing can change)."""
+        if current.leader in self.ctx.live:
+            return None
+        new = elections.offline_election(self.ctx.assignments[tp], current, self.ctx.live,
                                          self.ctx.unclean.get(tp[0], False), self.ctx.epoch)
         if new is None:
             if current.leader != NO_LEADER:
                 new = elections.remove_replica(current, current.leader, self.ctx.epoch)
             if new is None:
-                return False
+                return None
             log.warning("partition offline: no live in-sync replica", topic=tp[0],
                         partition=tp[1], isr=list(current.isr))
-        unclean = new.leader != NO_LEADER and new.leader not in current.isr
-        if unclean:
+        if new.leader != NO_LEADER and new.leader not in current.isr:
             log.warning("unclean leader election", topic=tp[0], partition=tp[1],
                         leader=new.leader)
-        written = await self._write(tp, new)
-        if written and unclean:
-            self.stats.unclean_elections.inc()
-        return written
+        return new
 
-    async def _drop_restarted(self, tp: TopicPartition) -> bool:
-        """Take out of ``tp``'s ISR the brokers that restarted since it was
-        decided (see ``elections.drop_restarted``); True if it changed."""
-        state = self.ctx.states.get(tp)
-        new = None if state is None else elections.drop_restarted(
-            state, self.ctx.broker_epochs, self.ctx.epoch)
-        if new is None or state is None:
-            return False
-        log.info("restarted brokers leave the ISR", topic=tp[0], partition=tp[1],
-                 left=[b for b in state.isr if b not in new.isr])
-        return await self._write(tp, new)
+    async def _ensure_leaders(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """``_ensure_leader`` for many partitions; the elections of partitions
+        that have a state are written in one pipelined batch."""
+        changed: list[TopicPartition] = []
+        elected: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        unclean: set[TopicPartition] = set()
+        new_states: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        for tp in tps:
+            current = self.ctx.states.get(tp)
+            if current is None:
+                initial = elections.initial_state(self.ctx.assignments[tp], self.ctx.live,
+                                                  self.ctx.epoch)
+                if initial is not None:
+                    new_states.append((tp, initial))
+                continue
+            new = self._offline_choice(tp, current)
+            if new is not None:
+                elected.append((tp, new))
+                if new.leader != NO_LEADER and new.leader not in current.isr:
+                    unclean.add(tp)
+        for i in range(0, len(new_states), WRITE_BATCH):
+            chunk = new_states[i:i + WRITE_BATCH]
+            created = await self.zk.create_partition_states(
+                [(tp[0], tp[1], new) for tp, new in chunk])
+            for (tp, new), done in zip(chunk, created, strict=True):
+                if done is None:  # someone created it meanwhile: the one-by-one path
+                    if await self._ensure_leader(tp):
+                        changed.append(tp)
+                    continue
+                self.ctx.states[tp] = LeaderAndIsr(new.leader, new.leader_epoch, new.isr,
+                                                   new.controller_epoch, *done)
+                changed.append(tp)
+        for tp in await self._write_many(elected):
+            changed.append(tp)
+            if tp in unclean:
+                self.stats.unclean_elections.inc()
+        return changed
+
+    def _restart_choices(self, tps: list[TopicPartition]
+                         ) -> list[tuple[TopicPartition, LeaderAndIsr]]:
+        """The new states of those of ``tps`` whose ISR holds brokers that
+        restarted since it was decided (see ``elections.drop_restarted``)."""
+        out = []
+        for tp in tps:
+            state = self.ctx.states.get(tp)
+            new = None if state is None else elections.drop_restarted(
+                state, self.ctx.broker_epochs, self.ctx.epoch)
+            if state is not None and new is not None:
+                log.info("restarted brokers leave the ISR", topic=tp[0], partition=tp[1],
+                         left=[b for b in state.isr if b not in new.isr])
+                out.append((tp, new))
+        return out
 
     async def _write(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
         """Compare-and-set ``new`` (expecting its version); refresh our copy on conflict."""
         written = await self.zk.update_partition_state(tp[0], tp[1], new, new.version)
+        return await self._took(tp, new, written)
+
+    async def _write_many(self, changes: list[tuple[TopicPartition, LeaderAndIsr]]
+                          ) -> list[TopicPartition]:
+        """``_write`` for many partitions, pipelined in batches; the ones written."""
+        done: list[TopicPartition] = []
+        for i in range(0, len(changes), WRITE_BATCH):
+            chunk = changes[i:i + WRITE_BATCH]
+            results = await self.zk.update_partition_states(
+                [(tp[0], tp[1], new, new.version) for tp, new in chunk])
+            for (tp, new), written in zip(chunk, results, strict=True):
+                if await self._took(tp, new, written):
+                    done.append(tp)
+        return done
+
+    async def _took(self, tp: TopicPartition, new: LeaderAndIsr,
+                    written: tuple[int, int] | None) -> bool:
+        """A compare-and-set's outcome: our copy updated, or re-read on conflict."""
         if written is None:
             log.info("partition state changed under us; re-reading", topic=tp[0],
                      partition=tp[1])
@@ -303,41 +372,43 @@ class Controller:
         for b in lost:
             self.ctx.brokers.pop(b, None)
             self.ctx.shutting_down.discard(b)
-        changed: list[TopicPartition] = []
+        # One pass over the assignments, and one pipelined batch of writes per
+        # step: a lost broker hosting thousands of partitions is a few round
+        # trips to ZooKeeper, not one per partition.
+        removed: dict[TopicPartition, LeaderAndIsr] = {}
         for b in lost:
             for tp in self._replica_partitions(b):
-                state = self.ctx.states.get(tp)
+                state = removed.get(tp) or self.ctx.states.get(tp)
                 if state is None:
                     continue
                 new = elections.remove_replica(state, b, self.ctx.epoch)
-                if new is not None and await self._write(tp, new):
-                    changed.append(tp)
+                if new is not None:
+                    removed[tp] = new
+        changed: dict[TopicPartition, None] = dict.fromkeys(
+            await self._write_many(list(removed.items())))
         self.ctx.brokers = {i: b.endpoint for i, b in now.items()}
         self.ctx.broker_epochs = {i: b.epoch for i, b in now.items()}
         self.channel.set_brokers(self.ctx.brokers)
-        for b in joined:  # before any election: a restarted broker must not be chosen
-            for tp in self._replica_partitions(b):
-                if await self._drop_restarted(tp) and tp not in changed:
-                    changed.append(tp)
-        for tp in list(self.ctx.assignments):
-            if await self._ensure_leader(tp) and tp not in changed:
-                changed.append(tp)
+        # Before any election: a restarted broker must not be chosen.
+        rejoined = dict.fromkeys(tp for b in joined for tp in self._replica_partitions(b))
+        changed.update(dict.fromkeys(
+            await self._write_many(self._restart_choices(list(rejoined)))))
+        changed.update(dict.fromkeys(await self._ensure_leaders(list(self.ctx.assignments))))
         if joined:
             self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
             for b in joined:
                 self.channel.send_leader_and_isr(self.ctx, b, self._replica_partitions(b))
-        self._announce(changed)
+        self._announce(list(changed))
 
     # -- topics ----------------------------------------------------------------
 
     async def _watch_topics(self) -> None:
         async for topics in self.zk.watch_topics():
             async with self.lock:
-                changed: list[TopicPartition] = []
+                added: list[TopicPartition] = []
                 for topic in topics:
-                    for tp in await self._load_topic(topic):
-                        if await self._ensure_leader(tp):
-                            changed.append(tp)
+                    added.extend(await self._load_topic(topic))
+                changed = await self._ensure_leaders(added)
                 if changed:
                     log.info("partitions created", count=len(changed))
                 self._announce(changed)

@@ -22,6 +22,7 @@ producers when the high watermark advances.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -138,6 +139,8 @@ class ReplicaManager:
             part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
                                       lg.end_offset)
             self.partitions[tp] = part
+            # A moved log start is news for the fetch sessions holding it.
+            lg.start_listener = functools.partial(self.fetch_sessions.notify, tp)
         part.leader_id = leader
         part.leader_epoch = state.leader_epoch
         part.partition_epoch = state.partition_epoch
@@ -540,9 +543,7 @@ class ReplicaManager:
         """
         part = self.leader_partition(tp)
         hw = part.high_watermark
-        low = part.log.delete_records(hw if offset == -1 else offset, hw)
-        self.fetch_sessions.notify(tp)
-        return low
+        return part.log.delete_records(hw if offset == -1 else offset, hw)
 
     def log_dir_partitions(self) -> list[LogDirPartition]:
         """Every hosted partition with its size and offset lag, for DescribeLogDirs.

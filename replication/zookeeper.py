@@ -678,10 +678,7 @@ class ZkClient:
             data, stat = await self._call(self.client.get, self._state_path(topic, partition))
         except NoNodeError:
             return None
-        info = json.loads(data)
-        return LeaderAndIsr(int(info["leader"]), int(info["leader_epoch"]),
-                            tuple(int(r) for r in info["isr"]), int(info["controller_epoch"]),
-                            int(stat.version), int(stat.mzxid))
+        return self._parse_state(data, stat)
 
     async def create_partition_state(self, topic: str, partition: int,
                                      state: LeaderAndIsr) -> tuple[int, int] | None:
@@ -703,6 +700,72 @@ class ZkClient:
         except (BadVersionError, NoNodeError):
             return None
         return int(stat.version), int(stat.mzxid)
+
+    async def get_partition_states(self, tps: list[tuple[str, int]]
+                                   ) -> list[LeaderAndIsr | None]:
+        """Many partitions' states, read pipelined (None: no state znode)."""
+        def run() -> list[tuple[bytes, Any] | None]:
+            sent = [self.client.get_async(self._state_path(t, p)) for t, p in tps]
+            out: list[tuple[bytes, Any] | None] = []
+            for result in sent:
+                try:
+                    out.append(result.get())
+                except NoNodeError:
+                    out.append(None)
+            return out
+
+        return [None if got is None else self._parse_state(*got) for got in await self._call(run)]
+
+    @staticmethod
+    def _parse_state(data: bytes, stat: Any) -> LeaderAndIsr:
+        info = json.loads(data)
+        return LeaderAndIsr(int(info["leader"]), int(info["leader_epoch"]),
+                            tuple(int(r) for r in info["isr"]), int(info["controller_epoch"]),
+                            int(stat.version), int(stat.mzxid))
+
+    async def update_partition_states(
+            self, updates: list[tuple[str, int, LeaderAndIsr, int]]
+    ) -> list[tuple[int, int] | None]:
+        """Compare-and-set many partition states: (topic, partition, state,
+        expected version) each; per update as ``update_partition_state``.
+
+        The writes go out pipelined on the session (kazoo's async calls from one
+        worker thread) rather than one round trip after another: a lost broker
+        of a few thousand partitions is one batch, not thousands of waits.
+        """
+        def run() -> list[tuple[int, int] | None]:
+            sent = [self.client.set_async(self._state_path(t, p), self._state_json(st),
+                                          version=version) for t, p, st, version in updates]
+            out: list[tuple[int, int] | None] = []
+            for result in sent:
+                try:
+                    stat = result.get()
+                except (BadVersionError, NoNodeError):
+                    out.append(None)
+                    continue
+                out.append((int(stat.version), int(stat.mzxid)))
+            return out
+
+        return await self._call(run)
+
+    async def create_partition_states(self, creates: list[tuple[str, int, LeaderAndIsr]]
+                                      ) -> list[tuple[int, int] | None]:
+        """Create many state znodes, pipelined; per create as ``create_partition_state``."""
+        def run() -> list[tuple[int, int] | None]:
+            sent = [self.client.create_async(self._state_path(t, p), self._state_json(st),
+                                             makepath=True, include_data=True)
+                    for t, p, st in creates]
+            out: list[tuple[int, int] | None] = []
+            for result in sent:
+                try:
+                    _, stat = result.get()
+                except NodeExistsError:
+                    out.append(None)
+                    continue
+                out.append((int(stat.version), int(stat.mzxid)))
+            return out
+
+        return await self._call(run)
 
     # -- producer ids --------------------------------------------------------------------
 

@@ -85,7 +85,10 @@ class Log:
         self._clock = clock
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self.log_start_offset = 0
+        self._log_start_offset = 0
+        # Called when the log start offset moves (set by the replica manager:
+        # fetch sessions answer a partition whose log start changed).
+        self.start_listener: Callable[[], None] | None = None
         self.highest_tiered_offset = -1
         self.recovery_point = 0
         self.epochs = LeaderEpochCache(directory)
@@ -101,6 +104,18 @@ class Log:
         # The lowest offset truncation removed data from since the cleaner last
         # looked (None: none): its first-dirty checkpoint must not stay above it.
         self.truncated_below: int | None = None
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset of the log, local or remote."""
+        return self._log_start_offset
+
+    @log_start_offset.setter
+    def log_start_offset(self, offset: int) -> None:
+        if offset != self._log_start_offset:
+            self._log_start_offset = offset
+            if self.start_listener is not None:
+                self.start_listener()
 
     # -- construction -------------------------------------------------------
 

@@ -125,6 +125,18 @@ async def test_incremental_fetch_answers_only_partitions_with_news(replicas, aut
     assert ((p.topic, p.partition), r.high_watermark, r.records) == (TPS[2], 2, b"")
 
 
+async def test_a_moved_log_start_is_answered(replicas, autojump_clock):
+    """Retention, DeleteRecords or a rebuilt tier move the log start without an
+    append: the session still answers the partition with its new start."""
+    session = follower_session(replicas)
+    replicas.append_local(TPS[1], batch([b"a", b"b"]))
+    replicas.fetch_sessions.put(session, TPS[1], cached(2))
+    await replicas.fetch_incremental(params(), session, list(TPS))
+    replicas.partitions[TPS[1]].log.advance_log_start_offset(1)
+    [(p, r)] = await replicas.fetch_incremental(params(), session, [])
+    assert ((p.topic, p.partition), r.log_start_offset) == (TPS[1], 1)
+
+
 async def test_idle_partitions_are_not_read(replicas, autojump_clock, monkeypatch):
     session = follower_session(replicas)
     await replicas.fetch_incremental(params(), session, list(TPS))

@@ -232,6 +232,10 @@ class FakeZk:
         self.zxid += 1
         return expected_version + 1, self.zxid
 
+    async def update_partition_states(self, updates: list[tuple[str, int, LeaderAndIsr, int]]
+                                      ) -> list[tuple[int, int]]:
+        return [await self.update_partition_state(*u) for u in updates]
+
 
 def broker(node: int, epoch: int = 1) -> RegisteredBroker:
     return RegisteredBroker(node, BrokerEndpoint(node, "127.0.0.1", 9000 + node), epoch)
