@@ -132,6 +132,9 @@ async def test_a_moved_log_start_is_answered(replicas, autojump_clock):
     replicas.append_local(TPS[1], batch([b"a", b"b"]))
     replicas.fetch_sessions.put(session, TPS[1], cached(2))
     await replicas.fetch_incremental(params(), session, list(TPS))
+    # The follower's fetch moved the high watermark: one more answer, then quiet.
+    await replicas.fetch_incremental(params(), session, [])
+    assert await replicas.fetch_incremental(params(), session, []) == []
     replicas.partitions[TPS[1]].log.advance_log_start_offset(1)
     [(p, r)] = await replicas.fetch_incremental(params(), session, [])
     assert ((p.topic, p.partition), r.log_start_offset) == (TPS[1], 1)
