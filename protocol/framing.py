@@ -40,7 +40,7 @@ class FrameDecoder:
         """Bytes received but not yet returned as a frame."""
         return len(self._buf) - self._pos
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Add bytes received from the peer."""
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()

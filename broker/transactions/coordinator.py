@@ -207,7 +207,7 @@ class TransactionCoordinator:
             if txn.state in PREPARED and self.txns.get(txn.transactional_id) is txn:
                 await self._send_markers(txn)
 
-    def expire_transactional_ids(self) -> None:
+    async def expire_transactional_ids(self) -> None:
         """Drop ids idle for transactional.id.expiration.ms (tombstone first)."""
         now = self.wall_clock()
         expiration = self.config["transactional.id.expiration.ms"]
