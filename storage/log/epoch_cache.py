@@ -5,15 +5,6 @@ record at ``start_offset``. An epoch ends where the next begins; the last
 epoch ends at the log end offset. Followers (and OffsetForLeaderEpoch
 clients) ask "where does epoch E end?" to find where their log diverged.
 Persisted as Kafka's ``leader-epoch-checkpoint``.
-
-A new epoch (``assign``, once per partition per leader epoch, on the append
-path) is written with the log's next flush, not at once: the first append of
-a new epoch to thousands of partitions (a burst after an election) would
-otherwise write thousands of files on the event loop. That is safe because
-the log flushes this file before it moves its recovery point, and recovery
-rebuilds the epochs of every segment above the recovery point from their
-batches (as Kafka does since it too writes the file asynchronously).
-Truncations and replacements are rare and still written at once.
 """
 
 from __future__ import annotations
@@ -32,8 +23,6 @@ class LeaderEpochCache:
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, FILE_NAME)
         self.entries: list[tuple[int, int]] = checkpoint.read_epochs(self.path)
-        # Entries assigned since the file was last written.
-        self.dirty = False
 
     @property
     def latest_epoch(self) -> int:
@@ -44,7 +33,7 @@ class LeaderEpochCache:
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
             return
         self.entries.append((epoch, start_offset))
-        self.dirty = True
+        self._save()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch, as Kafka's endOffsetFor.
@@ -100,24 +89,5 @@ class LeaderEpochCache:
         self.entries = []
         self._save()
 
-    def pending_text(self) -> str | None:
-        """The file's text if it has entries not yet written (then taken as
-        written: the caller writes it, with ``write``), else None."""
-        if not self.dirty:
-            return None
-        self.dirty = False
-        return checkpoint.format_epochs(self.entries)
-
-    def write(self, text: str, fsync: bool = False) -> None:
-        """Write ``text`` (from ``pending_text``); any thread."""
-        checkpoint.atomic_write(self.path, text, fsync)
-
-    def save_pending(self) -> None:
-        """Write what ``assign`` left unwritten, now (clean shutdown)."""
-        text = self.pending_text()
-        if text is not None:
-            self.write(text)
-
     def _save(self) -> None:
-        self.dirty = False
         checkpoint.atomic_write(self.path, checkpoint.format_epochs(self.entries))

@@ -17,8 +17,7 @@ last stable offset cannot pass it); aborted transactions are indexed per
 segment in ``.txnindex`` when their ABORT marker is appended.
 
 Concurrency: every method runs on the event loop except ``flush``'s worker
-thread part (``_flush_files``), which fsyncs descriptors and writes the
-leader-epoch-checkpoint text taken on the event loop.
+thread part (``_fsync_segments``), which only fsyncs descriptors.
 """
 
 from __future__ import annotations
@@ -466,14 +465,7 @@ class Log:
         self._unflushed_messages = 0
         self._rolled_since_flush = False
         self._last_flush_ms = self._clock()
-        # New epochs go to disk before the recovery point moves past their data.
-        epochs = self.epochs.pending_text()
-        try:
-            await trio.to_thread.run_sync(_flush_files, dirty, self.epochs, epochs)
-        except BaseException:
-            if epochs is not None:
-                self.epochs.dirty = True
-            raise
+        await trio.to_thread.run_sync(_fsync_segments, dirty)
         self.recovery_point = max(self.recovery_point, end)
 
     # -- read ---------------------------------------------------------------
@@ -791,8 +783,6 @@ class Log:
         if (end > self.segments[0].base_offset and os.path.isdir(self.directory)
                 and self.snapshots.existing(end) is None):
             self.snapshots.write(end, self.producers.snapshot_entries())
-        if os.path.isdir(self.directory):
-            self.epochs.save_pending()
         for seg in self.segments:
             seg.close()
 
@@ -801,9 +791,6 @@ class Log:
             seg.delete()
 
 
-def _flush_files(segments: list[LogSegment], epochs: LeaderEpochCache,
-                 epochs_text: str | None) -> None:
-    if epochs_text is not None:
-        epochs.write(epochs_text, fsync=True)
+def _fsync_segments(segments: list[LogSegment]) -> None:
     for seg in segments:
         seg.fsync()

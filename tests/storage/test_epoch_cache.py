@@ -15,7 +15,6 @@ def cache(tmp_path):
     c = LeaderEpochCache(str(tmp_path))
     for epoch, start in [(1, 0), (3, 10), (5, 20)]:
         c.assign(epoch, start)
-    c.save_pending()
     return c
 
 
@@ -25,16 +24,6 @@ def _file(tmp_path) -> str:
 
 def test_checkpoint_file_is_kafka_format(tmp_path, cache):
     assert _file(tmp_path) == "0\n3\n1 0\n3 10\n5 20\n"  # version, count, "epoch startOffset"
-
-
-def test_a_new_epoch_is_written_with_the_next_flush_not_at_once(tmp_path, cache):
-    cache.assign(7, 40)
-    assert _file(tmp_path) == "0\n3\n1 0\n3 10\n5 20\n" and cache.dirty
-    text = cache.pending_text()
-    assert text == "0\n4\n1 0\n3 10\n5 20\n7 40\n" and not cache.dirty
-    assert cache.pending_text() is None  # taken once
-    cache.write(text)
-    assert LeaderEpochCache(str(tmp_path)).entries == cache.entries
 
 
 def test_reads_a_kafka_written_checkpoint(tmp_path):
@@ -55,7 +44,7 @@ def test_assign_ignores_known_or_older_epochs(tmp_path, cache):
     cache.assign(2, 26)
     cache.assign(-1, 27)
     assert cache.entries == [(1, 0), (3, 10), (5, 20)]
-    assert cache.latest_epoch == 5 and not cache.dirty
+    assert cache.latest_epoch == 5
     assert LeaderEpochCache(str(tmp_path)).entries == cache.entries  # persisted
 
 

@@ -701,36 +701,11 @@ def test_epochs_are_recorded_and_persisted(env):
     produce(lg, [b"c"], epoch=0)
     produce(lg, [b"d"], epoch=3)
     assert lg.epochs.entries == [(0, 0), (3, 3)]
-    lg = env.reopen(lg, clean_shutdown=True)  # a clean close writes the file
     with open(os.path.join(env.dir, EPOCH_FILE)) as f:
         assert f.read() == "0\n2\n0 0\n3 3\n"
+    lg = env.reopen(lg, clean_shutdown=True)
     assert lg.epochs.entries == [(0, 0), (3, 3)]
     assert lg.epochs.end_offset_for(0, lg.end_offset) == (0, 3)
-
-
-async def test_a_flush_writes_new_epochs_before_the_recovery_point_moves(env):
-    lg = env.open()
-    produce(lg, [b"a"], epoch=0)
-    await lg.flush()
-    produce(lg, [b"b"], epoch=2)
-    path = os.path.join(env.dir, EPOCH_FILE)
-    with open(path) as f:
-        assert f.read() == "0\n1\n0 0\n"  # epoch 2 not written yet
-    await lg.flush()
-    with open(path) as f:
-        assert f.read() == "0\n2\n0 0\n2 1\n"
-    assert lg.recovery_point == 2
-
-
-def test_epochs_not_yet_written_come_back_from_the_batches_after_a_crash(env):
-    lg = env.open()
-    produce(lg, [b"a"], epoch=0)
-    produce(lg, [b"b"], epoch=4)
-    for seg in lg.segments:  # a crash: files closed, nothing saved
-        seg.close()
-    env.opened.remove(lg)
-    lg = env.open(clean_shutdown=False)
-    assert lg.epochs.entries == [(0, 0), (4, 1)]
 
 
 def test_truncation_and_deletion_trim_epochs(env):
