@@ -449,9 +449,17 @@ class Connection:
             self._handler_done(header, spec, started, exc)
             raise AssertionError("unreachable") from None
         if isinstance(response, Deferred):
-            return Later(lambda: self._answer(header, spec, request, len(frame), started,
-                                              response.finish()))
+            if not self._quotas_apply():
+                return Later(lambda: self._answer(header, spec, request, len(frame), started,
+                                                  response.finish()))
+            # A throttled client is muted before its next request is read
+            # (KIP-219): with quotas the answer is awaited here, in turn.
+            return await self._answer(header, spec, request, len(frame), started,
+                                      response.finish())
         return await self._answer(header, spec, request, len(frame), started, None, response)
+
+    def _quotas_apply(self) -> bool:
+        return self.ctx.quotas is not None and bool(self.ctx.quotas.quotas.entries)
 
     async def _answer(self, header: api.RequestHeader, spec: Any, request: Any, size: int,
                       started: float, pending: Awaitable[Any] | None,
@@ -461,8 +469,7 @@ class Connection:
         try:
             if pending is not None:
                 response = await pending
-            if response is not None and self.ctx.quotas is not None \
-                    and self.ctx.quotas.quotas.entries:
+            if response is not None and self._quotas_apply():
                 throttle_ms = throttling.apply(self.ctx, self.session, header, request,
                                                response, size, time.perf_counter() - started)
                 if throttle_ms > 0:

@@ -10,6 +10,7 @@ the test produced.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -258,14 +259,19 @@ def test_writeback_with_spark_submit(spark: SparkSession, broker: TierdProc, tie
     create_topic(broker.bootstrap, output_topic, 2)
 
     # The job as users run it: its own driver JVM through spark-submit.
-    submit = Path(sys.executable).parent / "spark-submit"
+    # spark-submit finds Spark with the `python3` on PATH: the tests' virtualenv
+    # comes first, as in an activated one.
+    venv_bin = Path(sys.executable).parent
+    submit = venv_bin / "spark-submit"
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
         [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
          "--conf", "spark.log.level=WARN",
          "--jars", ",".join(default_jars()),
          str(REPO_ROOT / "deploy" / "spark" / "writeback.py"),
          "--bootstrap", broker.bootstrap, "--input", str(daily), "--topic", output_topic],
-        capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, cwd=tmp_path)
+        capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, cwd=tmp_path, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
 
     expected = expected_aggregates(events)
