@@ -82,6 +82,7 @@ class ReplicaManager:
         # sessions a follower names an idle partition only when it changes,
         # so the ISR check asks whether it is still fetching at all.
         self.follower_fetched_at: dict[int, float] = {}
+        self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
         # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
@@ -469,7 +470,7 @@ class ReplicaManager:
         """
         at = part.follower_caught_up_at.get(replica)
         fetched = self.follower_fetched_at.get(replica)
-        if (fetched is not None and now - fetched <= self.config["replica.lag.time.max.ms"] / 1000
+        if (fetched is not None and now - fetched <= self._lag_max_s
                 and part.follower_end_offsets.get(replica, -1) >= part.log.end_offset):
             return now
         return at

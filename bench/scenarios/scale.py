@@ -203,15 +203,8 @@ def failover_and_rejoin(cluster: Cluster, topics: dict[str, int]) -> tuple[float
     restarted = time.monotonic()
     cluster.nodes[victim].start()
     wait_for("the restarted node back in every ISR",
-             lambda: all_isrs_full(cluster.admin, topics, set(cluster.nodes)), CREATE_TIMEOUT_S)
+             lambda: fully_led(cluster.admin, topics, set(cluster.nodes), True), CREATE_TIMEOUT_S)
     return failover, time.monotonic() - restarted
-
-
-def all_isrs_full(admin: AdminClient, topics: dict[str, int], nodes: set[int]) -> bool:
-    meta = admin.list_topics(timeout=10)
-    return all(name in meta.topics and all(sorted(p.isrs) == sorted(nodes)
-                                           for p in meta.topics[name].partitions.values())
-               for name in topics)
 
 
 def longest_stall(logs: list[Path], offsets: list[int]) -> float:
