@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import urllib.parse
@@ -84,6 +85,20 @@ def registered_brokers() -> int:
         return len(admin.describe_cluster()["brokers"])
     finally:
         admin.close()
+
+
+def all_brokers_serving() -> bool:
+    """Every broker accepts connections on its port and all three are
+    registered. Registration alone is not enough after a restart: the other
+    brokers' metadata can still list a broker whose process is only starting
+    (docker-compose start returns at once), and a client sent there is refused."""
+    for address in BOOTSTRAP.split(","):
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        except OSError:
+            return False
+    return registered_brokers() == 3
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +178,7 @@ def test_sigterm_is_a_clean_controlled_shutdown(compose_cluster: None) -> None:
     assert code == "0", logs[-3000:]
     assert "controlled shutdown" in logs.lower(), logs[-3000:]
     compose("start", "broker3")
-    wait_for("broker3 registered again", lambda: registered_brokers() == 3,
+    wait_for("broker3 serving and registered again", all_brokers_serving,
              timeout_s=COMPOSE_TIMEOUT_S)
 
 
@@ -175,6 +190,7 @@ def test_the_cleaner_compacts_inside_the_image(compose_cluster: None) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
     topic = "compose-compacted"
+    wait_for("every broker serving", all_brokers_serving, timeout_s=COMPOSE_TIMEOUT_S)
     admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP.split(","), request_timeout_ms=10000)
     try:
         admin.create_topics([NewTopic(topic, 1, 3, topic_configs={
