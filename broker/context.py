@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.security.acl_store import AclStore
 from broker.security.quotas import QuotaStore
 from broker.security.scram import CredentialStore
+from broker.topic_encodings import TopicEncodings
 from broker.transactions import TransactionCoordinator
 from config import BrokerConfig
 from replication.cluster import ClusterNode
@@ -39,6 +40,8 @@ class BrokerContext:
     quotas: QuotaStore | None = None
     # ACLs (authorizer.class.name set); None: every request is allowed.
     acls: AclStore | None = None
+    # Each topic's part of a Metadata response, encoded (kept between requests).
+    topic_encodings: TopicEncodings = field(default_factory=TopicEncodings)
 
     @property
     def cluster_id(self) -> str:

@@ -7,13 +7,23 @@ that much: it is what turns up in produce p99. ``LoopMonitor`` is a trio
 instrument timing each task step (two clock reads per step); a step longer
 than tierd.event.loop.stall.ms counts in ``tierd_event_loop_stalls`` (by
 task name) and ``tierd_event_loop_stall_seconds``, and is logged (at most
-once a second per task) with its duration, so the task to fix is named.
+once a second per task, and whenever it is the task's longest yet) with its
+duration, so the task to fix is named. A task serving many kinds of work
+(a connection) can say what it last took up (``doing``); the warning shows it.
 The time includes waiting for the GIL while another thread holds it.
+
+Garbage collection runs inside whichever step allocates when a threshold is
+crossed, so a long collection shows up as a stall of an arbitrary task. The
+monitor also times every collection (``gc.callbacks``): one longer than the
+threshold counts in ``tierd_gc_pauses`` by generation and is logged, so such
+a stall is not blamed on the task it happened in.
 """
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import structlog
 import trio
@@ -23,6 +33,15 @@ log = structlog.get_logger(__name__)
 
 # At most one warning a second for each task name.
 _LOG_EVERY_S = 1.0
+
+# What each task said it last took up (diagnostics only: read in warnings).
+_DOING: weakref.WeakKeyDictionary[trio.lowlevel.Task, str] = weakref.WeakKeyDictionary()
+
+
+def doing(what: str) -> None:
+    """Name what the current task is taking up (e.g. a request's API), for the
+    stall warnings of its next steps."""
+    _DOING[trio.lowlevel.current_task()] = what
 
 
 class LoopMonitor(trio.abc.Instrument):
@@ -38,6 +57,21 @@ class LoopMonitor(trio.abc.Instrument):
         # began before it was there and has no start time to measure from.
         self._started: float | None = None
         self._logged: dict[str, float] = {}
+        self._longest: dict[str, float] = {}
+        self.gc_pauses = Counter("tierd_gc_pauses", "Garbage collections longer than "
+                                 "tierd.event.loop.stall.ms", ["generation"], registry=registry)
+        self._gc_started = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        elapsed = time.perf_counter() - self._gc_started
+        if elapsed >= self.threshold_s:
+            generation = info.get("generation", -1)
+            self.gc_pauses.labels(str(generation)).inc()
+            log.warning("garbage collection paused the event loop", generation=generation,
+                        ms=round(elapsed * 1000, 1), collected=info.get("collected", 0))
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -53,10 +87,12 @@ class LoopMonitor(trio.abc.Instrument):
         self.stalls.labels(name).inc()
         self.durations.observe(elapsed)
         now = time.monotonic()
-        if now - self._logged.get(name, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+        longest = elapsed > self._longest.get(name, 0.0)
+        if longest or now - self._logged.get(name, -_LOG_EVERY_S) >= _LOG_EVERY_S:
             self._logged[name] = now
+            self._longest[name] = max(elapsed, self._longest.get(name, 0.0))
             log.warning("event loop stalled by one task step", task=name,
-                        ms=round(elapsed * 1000, 1))
+                        ms=round(elapsed * 1000, 1), last=_DOING.get(task))
 
 
 def install(threshold_ms: int, registry: CollectorRegistry) -> LoopMonitor | None:
@@ -65,4 +101,12 @@ def install(threshold_ms: int, registry: CollectorRegistry) -> LoopMonitor | Non
         return None
     monitor = LoopMonitor(threshold_ms / 1000, registry)
     trio.lowlevel.add_instrument(monitor)
+    gc.callbacks.append(monitor.on_gc)
     return monitor
+
+
+def uninstall(monitor: LoopMonitor) -> None:
+    """Take ``monitor`` off the running trio loop and the garbage collector."""
+    trio.lowlevel.remove_instrument(monitor)
+    if monitor.on_gc in gc.callbacks:
+        gc.callbacks.remove(monitor.on_gc)

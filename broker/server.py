@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 import trio
 
-from broker import zero_copy
+from broker import loop_monitor, zero_copy
 from broker.context import BrokerContext, Session, client_host, session
 from broker.deferred import Deferred
 from broker.handlers import HANDLERS
@@ -431,6 +431,7 @@ class Connection:
             if isinstance(parsed, bytes):
                 return parsed
             header = parsed
+        loop_monitor.doing(f"{api.SUPPORTED[header.api_key].name}.v{header.api_version}")
         try:
             request = api.decode_body(header, frame)
         except api.InvalidRequest as exc:
@@ -476,7 +477,7 @@ class Connection:
                     self.mute_until = max(self.mute_until,
                                           trio.current_time() + throttle_ms / 1000)
             encoded: bytes | list[zero_copy.Part] | None
-            if isinstance(response, zero_copy.SplicedResponse):
+            if isinstance(response, api.WrappedResponse):
                 encoded = response.encode(header, spec.is_flexible(header.api_version))
             else:
                 encoded = None if response is None else api.encode_response(header, response)

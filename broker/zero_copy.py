@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from protocol import spliced
-from protocol.api import RequestHeader
+from protocol.api import RequestHeader, WrappedResponse
 from storage.log.file_slice import FileSlice, ShortFileSlice
 
 Part = bytes | FileSlice
@@ -38,7 +38,7 @@ SEND_APART_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
-class SplicedResponse:
+class SplicedResponse(WrappedResponse):
     """A response object whose byte fields named in ``slices`` hold markers."""
 
     response: Any

@@ -247,6 +247,18 @@ def _null_plan(fields: Any, version: int) -> _NullPlan:
     return plan
 
 
+class WrappedResponse:
+    """A response message with parts encoded beside it (a Fetch answer's record
+    bytes sent from files, a Metadata answer's topics kept encoded).
+    ``response`` is the message (throttle_time_ms and the like are set there);
+    ``encode`` gives the frame, as bytes or as parts to send in order."""
+
+    response: Any
+
+    def encode(self, header: RequestHeader, flexible_body: bool) -> Any:
+        raise NotImplementedError
+
+
 def encode_response(header: RequestHeader, response: Any) -> bytes:
     """Encode ``response`` for ``header``'s version, framed, with the response header.
 

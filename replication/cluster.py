@@ -45,6 +45,7 @@ from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
 from replication.zookeeper import ZkClient
 from storage.log.manager import LogManager, TopicPartition, now_ms
+from storage.pace import Pacer
 from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
@@ -159,9 +160,11 @@ class ClusterNode:
         if self._stale(controller_epoch):
             return ErrorCode.STALE_CONTROLLER_EPOCH, {}
         errors: dict[TopicPartition, ErrorCode] = {}
+        pacer = Pacer()
         for u in updates:
             tp = (u.topic, u.partition)
             errors[tp] = await self._apply(u, tp)
+            await pacer.tick()
         return ErrorCode.NONE, errors
 
     async def _apply(self, u: PartitionUpdate, tp: TopicPartition) -> ErrorCode:
@@ -246,7 +249,9 @@ class ClusterNode:
                            ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         if self._stale(controller_epoch):
             return ErrorCode.STALE_CONTROLLER_EPOCH, {}
+        pacer = Pacer()
         for tp, delete in partitions:
+            await pacer.tick()
             self.fetchers.unfollow(tp)
             p = self.replicas.partitions.get(tp)
             was_leader = p is not None and p.is_leader(self.node_id)

@@ -8,6 +8,12 @@ retrying a failed send (with a backoff) until it succeeds or the broker
 leaves the cluster. Brokers ignore requests from an older controller epoch,
 so a request that arrives late after a newer one is harmless.
 
+A batch of partitions goes as requests of at most ``REQUEST_PARTITIONS``
+partitions each, in order: a broker decodes a request in one event-loop step,
+and a LeaderAndIsr for thousands of partitions takes tens of milliseconds to
+decode. Each partition's state stands alone, so a batch in several requests
+means the same as in one.
+
 Bounds: a queue holds at most ``MAX_QUEUED`` requests; a broker that cannot
 take them that fast is resent the full state instead (its queue is cleared
 and ``resync`` queues one UpdateMetadata + LeaderAndIsr with everything), so
@@ -45,6 +51,15 @@ MAX_QUEUED = 1000
 RETRY_BACKOFF_S = 0.2
 # Kafka's LeaderAndIsr type for a full (not incremental) request.
 FULL_TYPE = 1
+# Partitions per LeaderAndIsr / UpdateMetadata / StopReplica request.
+REQUEST_PARTITIONS = 250
+
+
+def _chunks(tps: list[TopicPartition]) -> list[list[TopicPartition]]:
+    """``tps`` sorted, in runs of ``REQUEST_PARTITIONS`` (one empty run for none)."""
+    ordered = sorted(tps)
+    return [ordered[i:i + REQUEST_PARTITIONS]
+            for i in range(0, len(ordered), REQUEST_PARTITIONS)] or [[]]
 
 
 def _listeners(e: BrokerEndpoint) -> tuple[ListenerEndpoint, ...]:
@@ -140,12 +155,17 @@ class ControllerChannel:
                             tps: list[TopicPartition]) -> None:
         if not tps:
             return
+        for chunk in _chunks(tps):
+            self._leader_and_isr(ctx, broker, chunk)
+
+    def _leader_and_isr(self, ctx: ControllerContext, broker: int,
+                        tps: list[TopicPartition]) -> None:
         req = ib.LeaderAndIsrRequest[LEADER_AND_ISR_VERSION]
         topic_cls = req.LeaderAndIsrTopicState
         part_cls = topic_cls.LeaderAndIsrPartitionState
         by_topic: dict[str, list[Any]] = {}
         leaders: set[int] = set()
-        for tp in sorted(tps):
+        for tp in tps:
             state = ctx.states.get(tp)
             if state is None:
                 continue
@@ -170,11 +190,16 @@ class ControllerChannel:
     def send_update_metadata(self, ctx: ControllerContext, brokers: list[int],
                              tps: list[TopicPartition] | None) -> None:
         """UpdateMetadata for ``tps`` (None: every partition) to each of ``brokers``."""
+        for chunk in _chunks(list(ctx.states) if tps is None else tps):
+            self._update_metadata(ctx, brokers, chunk)
+
+    def _update_metadata(self, ctx: ControllerContext, brokers: list[int],
+                         tps: list[TopicPartition]) -> None:
         req = ib.UpdateMetadataRequest[UPDATE_METADATA_VERSION]
         topic_cls = req.UpdateMetadataTopicState
         part_cls = topic_cls.UpdateMetadataPartitionState
         by_topic: dict[str, list[Any]] = {}
-        for tp in sorted(ctx.states if tps is None else tps):
+        for tp in tps:
             state: LeaderAndIsr | None = ctx.states.get(tp)
             if state is None or tp not in ctx.assignments:
                 continue
@@ -202,11 +227,18 @@ class ControllerChannel:
 
     def send_stop_replica(self, ctx: ControllerContext, broker: int,
                           tps: list[TopicPartition], delete: bool) -> None:
+        if not tps:
+            return
+        for chunk in _chunks(tps):
+            self._stop_replica(ctx, broker, chunk, delete)
+
+    def _stop_replica(self, ctx: ControllerContext, broker: int,
+                      tps: list[TopicPartition], delete: bool) -> None:
         req = ib.StopReplicaRequest[STOP_REPLICA_VERSION]
         topic_cls = req.StopReplicaTopicState
         part_cls = topic_cls.StopReplicaPartitionState
         by_topic: dict[str, list[Any]] = {}
-        for tp in sorted(tps):
+        for tp in tps:
             state = ctx.states.get(tp)
             by_topic.setdefault(tp[0], []).append(part_cls(
                 partition_index=tp[1],

@@ -43,6 +43,7 @@ from protocol.errors import ErrorCode, KafkaApiError
 from replication.fetch_session import CachedPartition, FetchSession
 from storage.log.file_slice import FileSlice
 from storage.log.manager import TopicPartition
+from storage.pace import Pacer
 
 if TYPE_CHECKING:
     from replication.replica_manager import ReplicaManager
@@ -110,16 +111,21 @@ async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResu
     purgatory = (replicas.delayed_fetch_followers if params.is_follower
                  else replicas.delayed_fetch_consumers)
     while True:
-        results, total, any_error, remote = _read_local(replicas, params)
-        if remote:
-            got, remote_error = await _read_remote(replicas, params, results, remote, total)
-            total += got
-            any_error = any_error or remote_error
-        if (total >= params.min_bytes or any_error or remote
-                or trio.current_time() >= deadline):
-            break
-        _close_slices(results)
-        await purgatory.wait(keys, deadline)
+        # Watched before the read: other tasks run during it, and an event on
+        # a partition already read must still wake the wait below.
+        with purgatory.watch(keys) as woken:
+            results, total, any_error, remote = await _read_local(replicas, params)
+            if remote:
+                got, remote_error = await _read_remote(replicas, params, results, remote,
+                                                       total)
+                total += got
+                any_error = any_error or remote_error
+            if (total >= params.min_bytes or any_error or remote
+                    or trio.current_time() >= deadline):
+                break
+            _close_slices(results)
+            with trio.move_on_at(deadline):
+                await woken.wait()
     _fill_offsets(replicas, params, results)
     if params.is_follower:
         # Counted once per answer (a delayed fetch reads more than once).
@@ -134,43 +140,51 @@ def _close_slices(results: list[FetchResult]) -> None:
             result.records.close()
 
 
-def _read_local(replicas: ReplicaManager, params: FetchParams
-                ) -> tuple[list[FetchResult], int, bool, list[int]]:
+async def _read_local(replicas: ReplicaManager, params: FetchParams
+                      ) -> tuple[list[FetchResult], int, bool, list[int]]:
     """One local pass; returns results, bytes, whether any error, and the
-    indexes of partitions that need the remote tier."""
+    indexes of partitions that need the remote tier. Other tasks run between
+    partitions once the pass has taken a few milliseconds (each partition is
+    read whole, as it is at that moment)."""
     results: list[FetchResult] = []
     total = 0
     any_error = False
     remote: list[int] = []
     consumer = not params.is_follower
-    for i, p in enumerate(params.partitions):
-        if p.error:
-            results.append(FetchResult(p.error))
-            any_error = True
-            continue
-        budget = min(p.max_bytes, max(params.max_bytes - total, 0))
-        try:
-            if params.is_follower:
-                result = _read_for_follower(replicas, params.replica_id, p, budget, total == 0,
-                                            params.zero_copy)
-                results.append(result)
-                total += len(result.records)
-                continue
-            part = replicas.leader_partition((p.topic, p.partition))
-            replicas.check_leader_epoch(part, p.current_leader_epoch)
-            got = replicas.read((p.topic, p.partition), p.offset, budget,
-                                params.read_committed, min_one_batch=total == 0,
-                                zero_copy=params.zero_copy)
-        except KafkaApiError as exc:
-            results.append(FetchResult(exc.code))
-            if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
-                    and replicas.remote is not None):
-                remote.append(i)
-            else:
+    pacer = Pacer()
+    try:
+        for i, p in enumerate(params.partitions):
+            await pacer.tick()
+            if p.error:
+                results.append(FetchResult(p.error))
                 any_error = True
-            continue
-        results.append(FetchResult(records=got))
-        total += len(got)
+                continue
+            budget = min(p.max_bytes, max(params.max_bytes - total, 0))
+            try:
+                if params.is_follower:
+                    result = _read_for_follower(replicas, params.replica_id, p, budget, total == 0,
+                                                params.zero_copy)
+                    results.append(result)
+                    total += len(result.records)
+                    continue
+                part = replicas.leader_partition((p.topic, p.partition))
+                replicas.check_leader_epoch(part, p.current_leader_epoch)
+                got = replicas.read((p.topic, p.partition), p.offset, budget,
+                                    params.read_committed, min_one_batch=total == 0,
+                                    zero_copy=params.zero_copy)
+            except KafkaApiError as exc:
+                results.append(FetchResult(exc.code))
+                if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
+                        and replicas.remote is not None):
+                    remote.append(i)
+                else:
+                    any_error = True
+                continue
+            results.append(FetchResult(records=got))
+            total += len(got)
+    except BaseException:  # cancelled at a tick: the slices read so far are not sent
+        _close_slices(results)
+        raise
     return results, total, any_error, remote
 
 
@@ -264,6 +278,12 @@ def _local_aborted(lg: Any, offset: int, data: bytes | FileSlice) -> list[Any]:
     return list(lg.collect_aborted(offset, last + 1))
 
 
+# Partitions in one incremental answer at most: the connection encodes an
+# answer, and the follower decodes it, in one event-loop step each. The rest
+# stay marked and go in the session's next answer, which is sent at once.
+ANSWER_PARTITIONS = 250
+
+
 async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
                             session: FetchSession, requested: list[TopicPartition]
                             ) -> list[tuple[FetchPartition, FetchResult]]:
@@ -290,16 +310,24 @@ async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
         pending.clear()
         sub = FetchParams(wanted, 0, params.min_bytes, params.max_bytes, params.read_committed,
                           params.replica_id, params.zero_copy)
-        results, total, any_error, remote = _read_local(replicas, sub)
+        results, total, any_error, remote = await _read_local(replicas, sub)
         if remote:
             got, remote_error = await _read_remote(replicas, sub, results, remote, total)
             total += got
             any_error = any_error or remote_error
         _fill_offsets(replicas, sub, results)
+        capped = False
         for p, r in zip(wanted, results, strict=True):
             tp = (p.topic, p.partition)
             cached = session.partitions.get(tp)
             if cached is None:
+                _close_slices([r])
+                continue
+            if len(answer) >= ANSWER_PARTITIONS and tp not in answer:
+                # Full: the next fetch of the session answers it.
+                _close_slices([r])
+                session.dirty.add(tp)
+                capped = True
                 continue
             if cached.must_respond(r.error, bool(r.records), r.high_watermark,
                                    r.last_stable_offset, r.log_start_offset,
@@ -310,7 +338,7 @@ async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
                 # have data, so the next fetch reads it again.
                 session.dirty.add(tp)
         sent = sum(len(r.records) for _, r in answer.values())
-        if (sent >= params.min_bytes or any_error or remote
+        if (sent >= params.min_bytes or any_error or remote or capped
                 or trio.current_time() >= deadline):
             break
         for tp, (_, r) in answer.items():

@@ -62,6 +62,7 @@ from replication import remote_aux_state
 from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
 from replication.peer import Peer, PeerError
 from storage.log.manager import TopicPartition
+from storage.pace import Pacer
 
 if TYPE_CHECKING:
     from replication.replica_manager import ReplicaManager
@@ -71,6 +72,11 @@ log = structlog.get_logger(__name__)
 # Fetch v12: the first version with last_fetched_epoch / diverging_epoch and
 # the last with topic names (v13 switches to topic ids).
 FETCH_VERSION = 12
+# Partitions named in one fetch request at most: the request is encoded here
+# and decoded by the leader in one event-loop step each. The rest go in the
+# next request, sent as soon as this one is answered (the leader answers a
+# request with more to come at once).
+REQUEST_PARTITIONS = 250
 UNDEFINED = -1
 # Longest wait between two attempts to rebuild a partition from the remote tier
 # (each failure doubles replica.fetch.backoff.ms up to this).
@@ -134,10 +140,12 @@ class LeaderSession:
     FetchSessionHandler): which request to send next, full or incremental.
 
     ``sent`` is what the leader's session holds for each partition, as of the
-    last answered request. Opening a session names every fetching partition;
-    after that only the partitions the fetcher reports as changed are named,
-    and only if their position differs from ``sent``: the work per request
-    follows what changed, not how many partitions the session holds.
+    last answered request. Opening a session names every fetching partition
+    (the fetcher hands them over ``REQUEST_PARTITIONS`` at a time, the first
+    batch opening the session and the next ones adding to it); after that
+    only the partitions the fetcher reports as changed are named, and only if
+    their position differs from ``sent``: the work per request follows what
+    changed, not how many partitions the session holds.
     """
 
     def __init__(self) -> None:
@@ -225,6 +233,8 @@ class ReplicaFetcher:
         self._left: set[TopicPartition] = set()
         # Fetch requests sent so far.
         self._requests = 0
+        # Where the next opening request starts naming partitions.
+        self._open_from = 0
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FollowerPartition(tp, leader_epoch,
@@ -291,7 +301,7 @@ class ReplicaFetcher:
                 await self.leader.close()
                 continue
             if self.session.answered(ErrorCode(response.error_code), response.session_id):
-                self._apply(number, response)
+                await self._apply(number, response)
 
     def _ready(self) -> bool:
         """Move partitions whose delay is over back to FETCHING; whether any fetches."""
@@ -325,12 +335,29 @@ class ReplicaFetcher:
         req = FetchRequest[FETCH_VERSION]
         topic_cls = req.FetchTopic
         part_cls = topic_cls.FetchPartition
-        candidates = (self.partitions if self.session.opening else self._changed)
-        changed = {tp: pos for tp in candidates
-                   if (fp := self.partitions.get(tp)) is not None and fp.state is S.FETCHING
-                   and (pos := self._position(fp)) is not None}
+        if self.session.opening:
+            # Every fetching partition, from where the last opening left off
+            # (a leader that keeps no session gets each in turn).
+            order = list(self.partitions)
+            start = self._open_from % len(order) if order else 0
+            candidates: Iterable[TopicPartition] = order[start:] + order[:start]
+        else:
+            candidates = self._changed
+        changed: dict[TopicPartition, Position] = {}
+        rest: set[TopicPartition] = set()
+        for tp in candidates:
+            fp = self.partitions.get(tp)
+            if fp is None or fp.state is not S.FETCHING:
+                continue
+            if len(changed) >= REQUEST_PARTITIONS:
+                rest.add(tp)
+            elif (pos := self._position(fp)) is not None:
+                changed[tp] = pos
+        if self.session.opening:
+            self._open_from += len(changed)
         named, forgotten = self.session.build(changed, self._left)
-        self._changed = set()
+        # Left for the next request, which the leader then answers at once.
+        self._changed = rest
         self._left = set()
         by_topic: dict[str, list[Any]] = {}
         for tp, (offset, leader_epoch, last_epoch, log_start) in named.items():
@@ -341,7 +368,8 @@ class ReplicaFetcher:
         gone: dict[str, list[int]] = {}
         for topic, partition in forgotten:
             gone.setdefault(topic, []).append(partition)
-        return req(replica_id=self.node_id, max_wait_ms=self.config["replica.fetch.wait.max.ms"],
+        wait_ms = 0 if rest else self.config["replica.fetch.wait.max.ms"]
+        return req(replica_id=self.node_id, max_wait_ms=wait_ms,
                    min_bytes=self.config["replica.fetch.min.bytes"],
                    max_bytes=self.config["replica.fetch.response.max.bytes"], isolation_level=0,
                    session_id=self.session.id, session_epoch=self.session.epoch,
@@ -350,11 +378,14 @@ class ReplicaFetcher:
                                           for t, ps in gone.items()],
                    rack_id="")
 
-    def _apply(self, number: int, response: Any) -> None:
+    async def _apply(self, number: int, response: Any) -> None:
         """Apply the answer to request ``number``: only the partitions it names
-        (with a session, those with news)."""
+        (with a session, those with news), letting other tasks run between
+        partitions (a partition moved or stopped meanwhile is skipped)."""
+        pacer = Pacer()
         for topic in response.responses:
             for p in topic.partitions:
+                await pacer.tick()
                 fp = self.partitions.get((topic.topic, p.partition_index))
                 if fp is None or fp.first_request > number or fp.state is not S.FETCHING:
                     continue  # replaced, moved or stopped while the fetch was out

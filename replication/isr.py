@@ -27,6 +27,7 @@ from config import BrokerConfig
 from replication.elections import LeaderAndIsr
 from replication.replica_manager import ReplicaManager
 from storage.log.manager import TopicPartition
+from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)
 
@@ -52,11 +53,13 @@ class IsrManager:
             task_status.started()
             while True:
                 await trio.sleep(self.lag_max_s / 2)
-                self.check_all()
+                await self.check_all()
 
-    def check_all(self) -> None:
+    async def check_all(self) -> None:
+        pacer = Pacer()
         for tp in list(self.replicas.partitions):
             self._check(tp)
+            await pacer.tick()
 
     def maybe_expand(self, tp: TopicPartition) -> None:
         self._check(tp)

@@ -14,6 +14,11 @@ the controller's UpdateMetadata requests. Only feeders call the mutators
 
 Concurrency: lives on the event loop; a reader sees the state between two
 feeder calls, never half of one (mutators do not await).
+
+Stamps: every change to a topic or one of its partitions gives the topic a
+new stamp, and a change to the live brokers a new broker stamp, so a reader
+that keeps something derived (the Metadata handler keeps each topic's part of
+its response encoded) knows when to derive it again.
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ class MetadataCache:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionState] = {}
         self._brokers: dict[int, BrokerEndpoint] = {}
+        self._clock = 0
+        self._stamps: dict[str, int] = {}
+        self._brokers_stamp = 0
 
     # -- reads --------------------------------------------------------------------
 
@@ -125,6 +133,16 @@ class MetadataCache:
         b = self._brokers.get(node_id)
         return b.on(listener) if b is not None else None
 
+    def topic_stamp(self, name: str) -> tuple[int, int]:
+        """(the topic's stamp, the brokers' stamp): equal stamps, same topic
+        state and same live brokers (stamps are never reused, a topic deleted
+        and created again included)."""
+        return self._stamps.get(name, 0), self._brokers_stamp
+
+    def _touch(self, name: str) -> None:
+        self._clock += 1
+        self._stamps[name] = self._clock
+
     # -- feeders ------------------------------------------------------------------
 
     def put_topic(self, info: TopicInfo) -> None:
@@ -133,6 +151,7 @@ class MetadataCache:
             self._by_id.pop(old.topic_id, None)
         self._topics[info.name] = info
         self._by_id[info.topic_id] = info
+        self._touch(info.name)
 
     def remove_topic(self, name: str) -> None:
         info = self._topics.pop(name, None)
@@ -141,12 +160,19 @@ class MetadataCache:
         self._by_id.pop(info.topic_id, None)
         for tp in [tp for tp in self._partitions if tp[0] == name]:
             del self._partitions[tp]
+        self._touch(name)
 
     def put_partition(self, tp: TopicPartition, state: PartitionState) -> None:
-        self._partitions[tp] = state
+        if self._partitions.get(tp) != state:
+            self._partitions[tp] = state
+            self._touch(tp[0])
 
     def set_brokers(self, brokers: list[BrokerEndpoint]) -> None:
-        self._brokers = {b.node_id: b for b in brokers}
+        by_id = {b.node_id: b for b in brokers}
+        if by_id != self._brokers:
+            self._brokers = by_id
+            self._clock += 1
+            self._brokers_stamp = self._clock
 
     def set_controller(self, node_id: int) -> None:
         self.controller_id = node_id

@@ -23,7 +23,8 @@ the number of waiting requests, never the traffic.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -51,17 +52,24 @@ class Purgatory:
         """Distinct keys being watched (a gauge)."""
         return len(self._watchers)
 
-    async def wait(self, keys: Iterable[Hashable], deadline: float) -> None:
-        """Park until one of ``keys`` is notified or trio's clock reaches ``deadline``."""
+    @contextmanager
+    def watch(self, keys: Iterable[Hashable]) -> Iterator[trio.Event]:
+        """An event set by the first notify of one of ``keys`` from now on, for
+        a reader that lets other tasks run while it reads and may wait after
+        (an event during its read must not be missed)."""
         keys = list(keys)
         event = trio.Event()
         for key in keys:
             self._watchers.setdefault(key, set()).add(event)
         try:
-            with trio.move_on_at(deadline):
-                await event.wait()
+            yield event
         finally:
             self._unwatch(keys, event)
+
+    async def wait(self, keys: Iterable[Hashable], deadline: float) -> None:
+        """Park until one of ``keys`` is notified or trio's clock reaches ``deadline``."""
+        with self.watch(keys) as event, trio.move_on_at(deadline):
+            await event.wait()
 
     async def wait_until(self, keys: Iterable[Hashable], deadline: float,
                          satisfied: Callable[[], bool]) -> bool:

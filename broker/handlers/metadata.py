@@ -1,18 +1,50 @@
-"""Metadata: brokers, cluster id, topics and partitions (with auto-creation)."""
+"""Metadata: brokers, cluster id, topics and partitions (with auto-creation).
+
+Theory of operation: at thousands of partitions, building and encoding a full
+Metadata response takes tens of milliseconds, longer than one event-loop
+step may last. Between two changes, though, each topic's part of the answer
+is the same bytes. ``TopicEncodings`` keeps every described topic encoded,
+per version and listener, with the metadata cache's stamp for that topic and
+the live brokers; the answer (``MetadataAnswer``) is the rest of the message
+with those parts spliced in (``protocol.encoded_items``). A topic whose stamp
+moved is encoded again, and the handler lets other tasks run between topics
+once it has encoded for a few milliseconds (``storage.pace``). Topics with an error, and answers
+with the topics' authorized operations (set per principal by the ACL guard),
+are built as messages and encoded with the answer.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker.context import BrokerContext, current_listener
-from protocol.api import RequestHeader
+from broker.topic_encodings import EncodedTopic
+from protocol import encoded_items
+from protocol.api import SUPPORTED, RequestHeader, WrappedResponse
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.metadata import TopicInfo, validate_topic_name
+from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class MetadataAnswer(WrappedResponse):
+    """The response message with its topics empty, and the topics (messages
+    or ``EncodedTopic``) beside it, spliced in by ``layout``."""
+
+    response: Any
+    layout: encoded_items.ArrayLayout
+    topics: list[Any] = field(default_factory=list)
+
+    def encode(self, header: RequestHeader, flexible_body: bool) -> bytes:
+        items = [t.data if isinstance(t, EncodedTopic) else self.layout.item_bytes(t)
+                 for t in self.topics]
+        return self.layout.encode(header, self.response, items)
 
 
 async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
@@ -21,17 +53,33 @@ async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -
     listener = current_listener()
     names = _requested_topics(ctx, req)
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and req.topics is not None
-    topics = []
+    # Authorized operations are set per principal on each topic message.
+    keep = not getattr(req, "include_topic_authorized_operations", False)
+    flexible = SUPPORTED[header.api_key].is_flexible(v)
+    layout = encoded_items.layout(resp, "topics", v, flexible)
+    topics: list[Any] = []
+    pacer = Pacer()
     for name in names:
-        topics.append(await _describe_topic(ctx, resp, name, allow_auto, listener))
-    return resp(
+        info = ctx.metadata.topic(name)
+        if info is None or not keep:
+            topics.append(await _describe_topic(ctx, resp, name, allow_auto, listener))
+            continue
+        key, stamp = (name, v, listener), ctx.metadata.topic_stamp(name)
+        found = ctx.topic_encodings.get(key, stamp)
+        if found is None:
+            data = layout.item_bytes(_topic(ctx, resp.MetadataResponseTopic, info, listener))
+            found = EncodedTopic(name, 0, data)
+            ctx.topic_encodings.put(key, stamp, found, ctx.metadata)
+        topics.append(found)
+        await pacer.tick()
+    return MetadataAnswer(resp(
         throttle_time_ms=0,
         brokers=[resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port,
                                              rack=b.rack) for b in ctx.metadata.brokers(listener)],
         cluster_id=ctx.cluster_id,
         controller_id=ctx.metadata.controller_id,
-        topics=topics,
-    )
+        topics=[],
+    ), layout, topics)
 
 
 def _requested_topics(ctx: BrokerContext, req: Any) -> list[str]:
@@ -63,7 +111,12 @@ async def _describe_topic(ctx: BrokerContext, resp: Any, name: str, allow_auto: 
             return topic_cls(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                              is_internal=False, partitions=[],
                              authorized_operations=None)
-    return topic_cls(error_code=0, name=name, topic_id=info.topic_id, is_internal=info.internal,
+    return _topic(ctx, topic_cls, info, listener)
+
+
+def _topic(ctx: BrokerContext, topic_cls: Any, info: TopicInfo, listener: str | None) -> Any:
+    return topic_cls(error_code=0, name=info.name, topic_id=info.topic_id,
+                     is_internal=info.internal,
                      partitions=_partitions(ctx, topic_cls, info, listener),
                      authorized_operations=None)
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import structlog
 
-from broker import zero_copy
 from broker.context import BrokerContext, session
 from broker.security.acl import Authorizer, Operation, ResourceType
 from protocol import api
@@ -96,4 +95,4 @@ def response_class(header: RequestHeader) -> Lenient:
 
 def body_of(response: Any) -> Any:
     """A response's message (a Fetch answer may be wrapped for sendfile)."""
-    return response.response if isinstance(response, zero_copy.SplicedResponse) else response
+    return response.response if isinstance(response, api.WrappedResponse) else response

@@ -63,7 +63,7 @@ def apply(ctx: BrokerContext, session: Session, header: api.RequestHeader, reque
             throttle, kind = fetch, "fetch"
     if throttle <= 0:
         return 0.0
-    body = response.response if isinstance(response, zero_copy.SplicedResponse) else response
+    body = response.response if isinstance(response, api.WrappedResponse) else response
     if hasattr(body, "throttle_time_ms"):
         body.throttle_time_ms = int(throttle)
     ctx.metrics.throttled.labels(kind).inc()

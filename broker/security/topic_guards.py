@@ -194,7 +194,7 @@ async def metadata(access: Access, header: RequestHeader, req: Any, handler: Han
             if t.error_code == 0:
                 t.authorized_operations = access.operations(R.TOPIC, t.name)
     if getattr(req, "include_cluster_authorized_operations", False):
-        response.authorized_operations = access.operations(R.CLUSTER, CLUSTER_NAME)
+        body_of(response).authorized_operations = access.operations(R.CLUSTER, CLUSTER_NAME)
     return response
 
 

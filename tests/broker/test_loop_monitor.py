@@ -35,7 +35,7 @@ def test_a_long_step_is_a_stall_of_its_task() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(blocking_step)
             nursery.start_soon(polite_steps)
-        trio.lowlevel.remove_instrument(monitor)
+        loop_monitor.uninstall(monitor)
 
     trio.run(main)
     name = f"{__name__}.blocking_step"
@@ -62,7 +62,52 @@ def test_the_installing_step_is_not_a_stall() -> None:
         monitor = loop_monitor.install(30, registry)
         assert monitor is not None
         await trio.sleep(0)
-        trio.lowlevel.remove_instrument(monitor)
+        loop_monitor.uninstall(monitor)
 
     trio.run(main)
     assert registry.get_sample_value("tierd_event_loop_stall_seconds_count") == 0
+
+
+def test_a_longer_stall_is_logged_within_the_second() -> None:
+    """Warnings are rate-limited per task, but a step longer than any the task
+    had before is always logged: the longest stall is never hidden."""
+    from structlog.testing import capture_logs
+
+    async def stalls_growing() -> None:
+        for seconds in (0.02, 0.015, 0.04):
+            time.sleep(seconds)
+            await trio.sleep(0)
+
+    async def main() -> None:
+        monitor = loop_monitor.install(10, CollectorRegistry())
+        assert monitor is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stalls_growing)
+        loop_monitor.uninstall(monitor)
+
+    with capture_logs() as logs:
+        trio.run(main)
+    logged = [e["ms"] for e in logs if e["event"] == "event loop stalled by one task step"]
+    assert len(logged) == 2 and logged[0] >= 20 and logged[1] >= 40, logged
+
+
+def test_a_long_garbage_collection_is_counted_by_generation() -> None:
+    import gc
+
+    registry = CollectorRegistry()
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    async def main() -> None:
+        monitor = loop_monitor.install(0, registry)  # every collection counts
+        assert monitor is not None
+        for _ in range(200_000):
+            Node()
+        gc.collect(2)
+        loop_monitor.uninstall(monitor)
+        assert monitor.on_gc not in gc.callbacks
+
+    trio.run(main)
+    assert (registry.get_sample_value("tierd_gc_pauses_total", {"generation": "2"}) or 0) >= 1

@@ -210,3 +210,50 @@ def test_the_follower_names_only_what_changed_and_starts_over_when_refused():
     session.answered(ErrorCode.NONE, 43)
     session.reset()  # a lost answer: full again, closing session 43
     assert (session.id, session.epoch, session.opening) == (43, 0, True)
+
+
+async def test_an_answer_holds_a_bounded_number_of_partitions(replicas, autojump_clock,
+                                                              monkeypatch):
+    """Past ANSWER_PARTITIONS, the rest wait for the session's next answer,
+    which comes at once (not after max_wait_ms)."""
+    from replication import fetch
+
+    monkeypatch.setattr(fetch, "ANSWER_PARTITIONS", 3)
+    session = follower_session(replicas)
+    await replicas.fetch_incremental(params(), session, list(TPS))
+    await replicas.fetch_incremental(params(), session, [])
+    for tp in TPS:
+        replicas.append_local(tp, batch([b"burst"]))
+    start = trio.current_time()
+    first = await replicas.fetch_incremental(params(wait_ms=5000), session, [])
+    second = await replicas.fetch_incremental(params(wait_ms=5000), session, [])
+    assert len(first) == 3 and len(second) == 1
+    assert {(p.topic, p.partition) for p, _ in first + second} == set(TPS)
+    assert all(r.records for _, r in first + second)
+    assert trio.current_time() == start
+
+
+def test_the_follower_names_a_bounded_number_of_partitions_per_request(replicas,
+                                                                       monkeypatch):
+    """Opening with more than REQUEST_PARTITIONS: the first request names some,
+    the next ones the rest, without waiting at the leader while any remain;
+    a leader that keeps no session gets every partition in turn."""
+    from replication import fetcher as fetcher_module
+    from replication.peer import Peer
+
+    monkeypatch.setattr(fetcher_module, "REQUEST_PARTITIONS", 3)
+    f = fetcher_module.ReplicaFetcher(replicas.config, replicas, Peer(2, "127.0.0.1", 9, "t"))
+    for tp in TPS:
+        f.add(tp, 0)
+
+    def named(req) -> set:
+        return {(t.topic, p.partition) for t in req.topics for p in t.partitions}
+
+    first = f._build()
+    assert len(named(first)) == 3 and first.max_wait_ms == 0
+    f.session.answered(ErrorCode.NONE, 0)  # no session: the next request is full again
+    second = f._build()
+    assert len(named(second)) == 3 and named(first) | named(second) == set(TPS)
+    f.session.answered(ErrorCode.NONE, 77)  # a session this time
+    third = f._build()
+    assert named(third) == set(TPS) - named(second) and third.max_wait_ms > 0

@@ -72,3 +72,16 @@ async def test_notify_all_wakes_every_waiter(autojump_clock):
         await trio.sleep(1)
         purgatory.notify_all()
     assert sorted(woke) == ["a", "b"] and trio.current_time() == 1
+
+
+async def test_a_watch_keeps_a_notify_that_came_before_the_wait(autojump_clock):
+    """A reader that lets other tasks run while it reads watches first: an
+    event on a key it already read is not lost, and the watch is gone after."""
+    purgatory = Purgatory()
+    with purgatory.watch([("t", 0), ("t", 1)]) as woken:
+        await trio.sleep(0)  # the read, with other tasks running
+        purgatory.notify(("t", 0))
+        with trio.move_on_after(30):
+            await woken.wait()
+        assert woken.is_set() and trio.current_time() == 0
+    assert purgatory.waiting == 0
