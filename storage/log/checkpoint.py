@@ -46,6 +46,29 @@ def atomic_write(path: str, text: str, fsync: bool = False) -> None:
     os.replace(tmp, path)
 
 
+def overwrite(path: str, text: str) -> None:
+    """Replace ``path``'s content in place: truncate, then one write.
+
+    For a file written on the hot path and rebuilt from elsewhere if lost
+    (the leader-epoch-checkpoint, rebuilt from the batches on disk when it
+    is missing or unreadable). ``atomic_write``'s rename over an existing
+    file makes ext4 start writing the new data back at once (auto_da_alloc):
+    ~0.6 ms a call here against ~0.03 ms for this, and the first batch of a
+    new leader epoch on each of thousands of partitions writes one. A
+    process killed between the truncate and the write leaves an empty file,
+    which reads as corrupt (and is rebuilt); a single small write is never
+    torn by a killed process.
+    """
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _read_entries(path: str, width: int) -> list[list[str]]:
     try:
         with open(path, encoding="utf-8") as f:

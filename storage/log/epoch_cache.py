@@ -90,4 +90,4 @@ class LeaderEpochCache:
         self._save()
 
     def _save(self) -> None:
-        checkpoint.atomic_write(self.path, checkpoint.format_epochs(self.entries))
+        checkpoint.overwrite(self.path, checkpoint.format_epochs(self.entries))

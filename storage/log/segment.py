@@ -38,6 +38,13 @@ def filename_prefix(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+# Below this many bytes a zero-copy read is a pread after all: a slice costs a
+# dup, a sendfile, a send of the bytes around it and a close, against one
+# small copy into a response sent whole. Replicating single records to
+# thousands of partitions is all small reads.
+SENDFILE_MIN_BYTES = 8 * 1024
+
+
 @dataclass(slots=True)
 class BatchPosition:
     """Where a batch sits in the segment file."""
@@ -153,7 +160,8 @@ class LogSegment:
                 high watermark's position), None for the segment end.
             min_one_batch: return the first batch even if larger than max_bytes.
             zero_copy: return a ``FileSlice`` of the batches instead of their
-                bytes (the network layer sends it with sendfile).
+                bytes (the network layer sends it with sendfile), if they
+                come to ``SENDFILE_MIN_BYTES`` or more.
 
         Returns:
             (bytes or slice, first batch position); empty when the batch
@@ -170,7 +178,7 @@ class LogSegment:
             length, last_offset = min(first.size, limit - first.position), first.last_offset
         else:
             length, last_offset = self._whole_batches(first, max_bytes, limit)
-        if zero_copy:
+        if zero_copy and length >= SENDFILE_MIN_BYTES:
             return FileSlice(self.fd, first.position, length, last_offset), first.position
         return os.pread(self.fd, length, first.position), first.position
 

@@ -87,3 +87,20 @@ def test_bad_partition_metadata_reads_as_none(tmp_path, text):
     if text is not None:
         (tmp_path / "partition.metadata").write_text(text)
     assert checkpoint.read_partition_metadata(str(tmp_path)) is None
+
+
+def test_overwrite_replaces_the_content_in_place(tmp_path):
+    path = str(tmp_path / "leader-epoch-checkpoint")
+    checkpoint.overwrite(path, checkpoint.format_epochs([(0, 0), (1, 50), (2, 90)]))
+    inode = os.stat(path).st_ino
+    checkpoint.overwrite(path, checkpoint.format_epochs([(0, 0)]))
+    assert checkpoint.read_epochs(path) == [(0, 0)]  # shorter: no old tail left
+    assert os.stat(path).st_ino == inode  # no rename: the same file
+    assert os.listdir(tmp_path) == ["leader-epoch-checkpoint"]
+
+
+def test_an_empty_epoch_checkpoint_reads_as_none(tmp_path):
+    """What a process killed between overwrite's truncate and its write leaves."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text("")
+    assert checkpoint.read_epochs(str(path)) == []

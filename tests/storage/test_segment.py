@@ -255,3 +255,18 @@ def test_fsync_of_a_segment_closed_meanwhile_is_skipped(tmp_path):
     _fill(seg, 3)
     seg.delete()
     seg.fsync()
+
+
+def test_a_zero_copy_read_is_a_slice_only_from_sendfile_min_bytes(seg):
+    """Small reads come as bytes (one copy beats a dup, a sendfile and a close);
+    large ones as a slice of the file; both are the same bytes."""
+    from storage.log.file_slice import FileSlice
+    from storage.log.segment import SENDFILE_MIN_BYTES
+
+    small = _append(seg, BASE, size=100)
+    big = _append(seg, BASE + 1, size=SENDFILE_MIN_BYTES)
+    got, _ = seg.read(BASE, len(small), None, True, zero_copy=True)
+    assert isinstance(got, bytes) and got == small
+    got, _ = seg.read(BASE + 1, 1 << 20, None, True, zero_copy=True)
+    assert isinstance(got, FileSlice) and got.read() == big
+    got.close()
