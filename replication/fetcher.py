@@ -72,11 +72,6 @@ log = structlog.get_logger(__name__)
 # Fetch v12: the first version with last_fetched_epoch / diverging_epoch and
 # the last with topic names (v13 switches to topic ids).
 FETCH_VERSION = 12
-# Partitions named in one fetch request at most: the request is encoded here
-# and decoded by the leader in one event-loop step each. The rest go in the
-# next request, sent as soon as this one is answered (the leader answers a
-# request with more to come at once).
-REQUEST_PARTITIONS = 250
 UNDEFINED = -1
 # Longest wait between two attempts to rebuild a partition from the remote tier
 # (each failure doubles replica.fetch.backoff.ms up to this).
@@ -133,6 +128,8 @@ def fetcher_index(tp: TopicPartition, fetchers: int) -> int:
 # What a fetch request tells the leader about one partition: fetch offset,
 # current leader epoch, last fetched epoch, log start offset.
 Position = tuple[int, int, int, int]
+# In ``LeaderSession.sent``: a partition to name again whatever its position.
+_UNSENT: Position = (-2, -2, -2, -2)
 
 
 class LeaderSession:
@@ -140,12 +137,10 @@ class LeaderSession:
     FetchSessionHandler): which request to send next, full or incremental.
 
     ``sent`` is what the leader's session holds for each partition, as of the
-    last answered request. Opening a session names every fetching partition
-    (the fetcher hands them over ``REQUEST_PARTITIONS`` at a time, the first
-    batch opening the session and the next ones adding to it); after that
-    only the partitions the fetcher reports as changed are named, and only if
-    their position differs from ``sent``: the work per request follows what
-    changed, not how many partitions the session holds.
+    last answered request. Opening a session names every fetching partition;
+    after that only the partitions the fetcher reports as changed are named,
+    and only if their position differs from ``sent``: the work per request
+    follows what changed, not how many partitions the session holds.
     """
 
     def __init__(self) -> None:
@@ -201,6 +196,14 @@ class LeaderSession:
             self.sent.pop(tp, None)
         return True
 
+    def resend(self, tp: TopicPartition) -> None:
+        """Name ``tp`` in the next request that fetches it, even at the position
+        the leader last heard: it stopped fetching (an error, a truncation), and
+        an answer about it may have been dropped meanwhile; the leader, having
+        answered, would not answer it again until it has news."""
+        if tp in self.sent:
+            self.sent[tp] = _UNSENT
+
     def reset(self) -> None:
         """After a lost answer: the next request is full, closing the old session."""
         self.epoch = INITIAL_EPOCH
@@ -233,8 +236,6 @@ class ReplicaFetcher:
         self._left: set[TopicPartition] = set()
         # Fetch requests sent so far.
         self._requests = 0
-        # Where the next opening request starts naming partitions.
-        self._open_from = 0
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FollowerPartition(tp, leader_epoch,
@@ -246,8 +247,10 @@ class ReplicaFetcher:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
         # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
         # new partition: cut it short, so a new leader's followers (and so acks=all
-        # produce after a failover) start at once.
-        if self._in_flight is not None:
+        # produce after a failover) start at once. Not an opening one: the leader
+        # would keep the session it opens, which this fetcher would never learn
+        # of (a LeaderAndIsr comes in several requests, each adding partitions).
+        if self._in_flight is not None and not self.session.opening:
             self._in_flight.cancel()
         self._wake.set()
 
@@ -267,6 +270,7 @@ class ReplicaFetcher:
             self._waiting.add(fp.tp)
             self._changed.discard(fp.tp)
             self._left.add(fp.tp)
+            self.session.resend(fp.tp)
 
     async def run(self) -> None:
         with self.cancel_scope:
@@ -335,29 +339,12 @@ class ReplicaFetcher:
         req = FetchRequest[FETCH_VERSION]
         topic_cls = req.FetchTopic
         part_cls = topic_cls.FetchPartition
-        if self.session.opening:
-            # Every fetching partition, from where the last opening left off
-            # (a leader that keeps no session gets each in turn).
-            order = list(self.partitions)
-            start = self._open_from % len(order) if order else 0
-            candidates: Iterable[TopicPartition] = order[start:] + order[:start]
-        else:
-            candidates = self._changed
-        changed: dict[TopicPartition, Position] = {}
-        rest: set[TopicPartition] = set()
-        for tp in candidates:
-            fp = self.partitions.get(tp)
-            if fp is None or fp.state is not S.FETCHING:
-                continue
-            if len(changed) >= REQUEST_PARTITIONS:
-                rest.add(tp)
-            elif (pos := self._position(fp)) is not None:
-                changed[tp] = pos
-        if self.session.opening:
-            self._open_from += len(changed)
+        candidates = (self.partitions if self.session.opening else self._changed)
+        changed = {tp: pos for tp in candidates
+                   if (fp := self.partitions.get(tp)) is not None and fp.state is S.FETCHING
+                   and (pos := self._position(fp)) is not None}
         named, forgotten = self.session.build(changed, self._left)
-        # Left for the next request, which the leader then answers at once.
-        self._changed = rest
+        self._changed = set()
         self._left = set()
         by_topic: dict[str, list[Any]] = {}
         for tp, (offset, leader_epoch, last_epoch, log_start) in named.items():
@@ -368,8 +355,7 @@ class ReplicaFetcher:
         gone: dict[str, list[int]] = {}
         for topic, partition in forgotten:
             gone.setdefault(topic, []).append(partition)
-        wait_ms = 0 if rest else self.config["replica.fetch.wait.max.ms"]
-        return req(replica_id=self.node_id, max_wait_ms=wait_ms,
+        return req(replica_id=self.node_id, max_wait_ms=self.config["replica.fetch.wait.max.ms"],
                    min_bytes=self.config["replica.fetch.min.bytes"],
                    max_bytes=self.config["replica.fetch.response.max.bytes"], isolation_level=0,
                    session_id=self.session.id, session_epoch=self.session.epoch,

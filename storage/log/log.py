@@ -717,6 +717,11 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or above ``offset`` (follower divergence)."""
         if offset >= self.end_offset:
+            # No record to remove, but an epoch may start at the log end with
+            # none written in it (this broker led it, then lost the lead before
+            # an append): as Kafka does, drop it, or the leader would find that
+            # epoch missing from its log and answer the same divergence forever.
+            self.epochs.truncate_from_end(self.end_offset)
             return
         if offset < self.segments[0].base_offset:
             # Below the local log (a tiered log keeps only its tail): nothing

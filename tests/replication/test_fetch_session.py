@@ -233,15 +233,14 @@ async def test_an_answer_holds_a_bounded_number_of_partitions(replicas, autojump
     assert trio.current_time() == start
 
 
-def test_the_follower_names_a_bounded_number_of_partitions_per_request(replicas,
-                                                                       monkeypatch):
-    """Opening with more than REQUEST_PARTITIONS: the first request names some,
-    the next ones the rest, without waiting at the leader while any remain;
-    a leader that keeps no session gets every partition in turn."""
+async def test_a_partition_back_from_a_delay_is_named_again(replicas, autojump_clock):
+    """An error delays a partition; if the delay is over by the next request,
+    the partition is named again though its position did not move (the
+    leader answered it while the follower was not listening, and would not
+    answer it again until it had news)."""
     from replication import fetcher as fetcher_module
     from replication.peer import Peer
 
-    monkeypatch.setattr(fetcher_module, "REQUEST_PARTITIONS", 3)
     f = fetcher_module.ReplicaFetcher(replicas.config, replicas, Peer(2, "127.0.0.1", 9, "t"))
     for tp in TPS:
         f.add(tp, 0)
@@ -249,11 +248,10 @@ def test_the_follower_names_a_bounded_number_of_partitions_per_request(replicas,
     def named(req) -> set:
         return {(t.topic, p.partition) for t in req.topics for p in t.partitions}
 
-    first = f._build()
-    assert len(named(first)) == 3 and first.max_wait_ms == 0
-    f.session.answered(ErrorCode.NONE, 0)  # no session: the next request is full again
-    second = f._build()
-    assert len(named(second)) == 3 and named(first) | named(second) == set(TPS)
-    f.session.answered(ErrorCode.NONE, 77)  # a session this time
-    third = f._build()
-    assert named(third) == set(TPS) - named(second) and third.max_wait_ms > 0
+    assert named(f._build()) == set(TPS)
+    f.session.answered(ErrorCode.NONE, 77)
+    assert named(f._build()) == set()
+    f.session.answered(ErrorCode.NONE, 77)
+    f._delay(f.partitions[TPS[1]])  # e.g. NOT_LEADER_OR_FOLLOWER from a leader not ready yet
+    f._move(f.partitions[TPS[1]], fetcher_module.S.FETCHING)  # the delay is over
+    assert named(f._build()) == {TPS[1]}

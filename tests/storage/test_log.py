@@ -183,6 +183,20 @@ def test_append_as_follower_keeps_offsets(env):
     assert [r.value for r in read_all(lg)] == [b"a", b"b", b"c"]
 
 
+def test_truncating_at_the_log_end_drops_an_epoch_with_no_records(env):
+    """A leader assigns its epoch at the log end on taking the lead; if it loses
+    the lead before an append, truncating to the log end (the new leader's
+    divergence answer) drops that empty epoch, as Kafka does; otherwise the
+    follower keeps naming it as its last fetched epoch and diverges forever."""
+    lg = env.open()
+    produce(lg, [b"a"], epoch=0)
+    lg.epochs.assign(1, lg.end_offset)  # led epoch 1, wrote nothing
+    assert lg.epochs.entries == [(0, 0), (1, 1)]
+    lg.truncate_to(1)
+    assert lg.epochs.entries == [(0, 0)] and lg.end_offset == 1
+    assert [r.value for r in read_all(lg)] == [b"a"]
+
+
 # -- rolling ---------------------------------------------------------------------------
 
 
