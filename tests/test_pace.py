@@ -46,8 +46,9 @@ def run_loop(items: int, item_s: float, budget_s: float) -> tuple[list[float], f
 
 def test_no_step_runs_much_past_the_budget() -> None:
     steps, longest = run_loop(items=40, item_s=0.002, budget_s=0.01)
-    # A tick comes after each item: a step ends within one item of the budget.
-    assert len(steps) >= 4 and max(steps) < 0.01 + longest + 0.005, (steps, longest)
+    # A tick comes after each item: a step ends within one item of the budget
+    # (unpaced, one step would hold all 40 items: 80 ms).
+    assert len(steps) >= 4 and max(steps) < 0.01 + longest + 0.02, (steps, longest)
 
 
 def test_items_inside_the_budget_share_a_step() -> None:

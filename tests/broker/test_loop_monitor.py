@@ -74,7 +74,7 @@ def test_a_longer_stall_is_logged_within_the_second() -> None:
     from structlog.testing import capture_logs
 
     async def stalls_growing() -> None:
-        for seconds in (0.02, 0.015, 0.04):
+        for seconds in (0.03, 0.011, 0.08):
             time.sleep(seconds)
             await trio.sleep(0)
 
@@ -88,7 +88,7 @@ def test_a_longer_stall_is_logged_within_the_second() -> None:
     with capture_logs() as logs:
         trio.run(main)
     logged = [e["ms"] for e in logs if e["event"] == "event loop stalled by one task step"]
-    assert len(logged) == 2 and logged[0] >= 20 and logged[1] >= 40, logged
+    assert len(logged) == 2 and logged[0] >= 30 and logged[1] >= 80, logged
 
 
 def test_a_long_garbage_collection_is_counted_by_generation() -> None:
