@@ -24,7 +24,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 import trio
@@ -33,8 +32,12 @@ from config import BrokerConfig, TopicConfigs
 from protocol.errors import ErrorCode
 from replication.controller import Controller
 from replication.controller_channel import ControllerChannel
-from replication.controller_requests import send_alter_partition, send_controlled_shutdown
-from replication.elections import LEADER_DURING_DELETE
+from replication.controller_requests import (
+    IsrChange,
+    send_alter_partition,
+    send_controlled_shutdown,
+)
+from replication.elections import LEADER_DURING_DELETE, LeaderAndIsr
 from replication.fetcher import FetcherManager
 from replication.internal_topics import INTERNAL_TOPICS, InternalTopics
 from replication.isr import IsrManager
@@ -325,9 +328,8 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     controller = Controller(config, zk, channel)
     node_holder: list[ClusterNode] = []
 
-    async def alter(tp: TopicPartition, leader_epoch: int, partition_epoch: int,
-                    isr: list[int]) -> Any:
-        return await alter_partition(node_holder[0], tp, leader_epoch, partition_epoch, isr)
+    async def alter(changes: list[IsrChange]) -> list[tuple[str, LeaderAndIsr | None]]:
+        return await alter_partitions(node_holder[0], changes)
 
     node = ClusterNode(config, zk, store, metadata, replicas, admin,
                        InternalTopics(config, admin, metadata, replicas), channel, controller,
@@ -338,18 +340,16 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     return node
 
 
-async def alter_partition(node: ClusterNode, tp: TopicPartition, leader_epoch: int,
-                          partition_epoch: int, isr: list[int]) -> Any:
-    """Ask the controller (in process if it is us) to change ``tp``'s ISR."""
+async def alter_partitions(node: ClusterNode, changes: list[IsrChange]
+                           ) -> list[tuple[str, LeaderAndIsr | None]]:
+    """Ask the controller (in process if it is us) to change these ISRs."""
     if node.controller.active:
-        return await node.controller.alter_partition(node.node_id, node.broker_epoch, tp,
-                                                     leader_epoch, partition_epoch, isr)
+        return await node.controller.alter_partitions(node.node_id, node.broker_epoch, changes)
     peer = node.controller_peer()
     if peer is None:
         raise RuntimeError("no controller known")
     try:
-        return await send_alter_partition(peer, node.node_id, node.broker_epoch, tp,
-                                          leader_epoch, partition_epoch, isr)
+        return await send_alter_partition(peer, node.node_id, node.broker_epoch, changes)
     finally:
         await peer.close()
 

@@ -47,11 +47,13 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode
 from replication import elections
 from replication.controller_channel import ControllerChannel
+from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint
 from replication.metrics import ControllerStats
 from replication.reassignment import Reassigner, Reassignment
 from replication.zookeeper import RegisteredBroker, ZkClient
+from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)
 
@@ -440,35 +442,66 @@ class Controller:
 
     # -- requests from brokers ------------------------------------------------------
 
-    async def alter_partition(self, broker: int, broker_epoch: int, tp: TopicPartition,
-                              leader_epoch: int, partition_epoch: int,
-                              isr: list[int]) -> tuple[str, LeaderAndIsr | None]:
-        """A leader's ISR change. Returns (error name or "", the state now)."""
+    async def alter_partitions(self, broker: int, broker_epoch: int,
+                               changes: list[IsrChange]
+                               ) -> list[tuple[str, LeaderAndIsr | None]]:
+        """A leader's ISR changes, written together; per change, in order:
+        (error name or "", the state now)."""
         async with self.lock:
             if not self.active:
-                return "NOT_CONTROLLER", None
-            state = self.ctx.states.get(tp)
-            if state is None or tp not in self.ctx.assignments:
-                return "UNKNOWN_TOPIC_OR_PARTITION", None
-            if state.leader != broker:
-                return "NOT_LEADER_OR_FOLLOWER", state
-            if leader_epoch != state.leader_epoch:
-                return "FENCED_LEADER_EPOCH", state
-            if partition_epoch != state.version:
-                return "INVALID_UPDATE_VERSION", state
-            if broker_epoch >= 0 and broker_epoch != self.ctx.broker_epochs.get(broker, -1):
-                return "STALE_BROKER_EPOCH", state
-            if any(r not in self.ctx.assignments[tp] for r in isr) or broker not in isr:
-                return "INVALID_REQUEST", state
-            if any(r not in self.ctx.live for r in isr if r not in state.isr):
-                return "INELIGIBLE_REPLICA", state
-            new = state.with_isr(isr, self.ctx.epoch)
-            if not await self._write(tp, new):
-                return "INVALID_UPDATE_VERSION", self.ctx.states.get(tp)
-            log.info("isr changed", topic=tp[0], partition=tp[1], old=list(state.isr), new=isr)
-            self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), [tp])
-            await self.reassigner.maybe_complete(tp)
-            return "", self.ctx.states[tp]
+                return [("NOT_CONTROLLER", None)] * len(changes)
+            answers: list[tuple[str, LeaderAndIsr | None]] = [("", None)] * len(changes)
+            writes: list[tuple[int, TopicPartition, LeaderAndIsr, LeaderAndIsr]] = []
+            seen: set[TopicPartition] = set()
+            pacer = Pacer()
+            for i, change in enumerate(changes):
+                await pacer.tick()
+                error, state = self._check_isr_change(broker, broker_epoch, change, seen)
+                seen.add(change.tp)
+                if error or state is None:
+                    answers[i] = (error, state)
+                else:
+                    writes.append((i, change.tp, state,
+                                   state.with_isr(change.isr, self.ctx.epoch)))
+            done = set(await self._write_many([(tp, new) for _, tp, _, new in writes]))
+            changed: list[TopicPartition] = []
+            for i, tp, old, new in writes:
+                await pacer.tick()
+                if tp not in done:
+                    answers[i] = ("INVALID_UPDATE_VERSION", self.ctx.states.get(tp))
+                    continue
+                log.info("isr changed", topic=tp[0], partition=tp[1], old=list(old.isr),
+                         new=list(new.isr))
+                changed.append(tp)
+                answers[i] = ("", self.ctx.states[tp])
+            if changed:
+                self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), changed)
+                for tp in changed:
+                    await self.reassigner.maybe_complete(tp)
+            return answers
+
+    def _check_isr_change(self, broker: int, broker_epoch: int, change: IsrChange,
+                          seen: set[TopicPartition]) -> tuple[str, LeaderAndIsr | None]:
+        """Why ``change`` cannot be written ("" if it can), and the state now."""
+        tp, isr = change.tp, change.isr
+        state = self.ctx.states.get(tp)
+        if state is None or tp not in self.ctx.assignments:
+            return "UNKNOWN_TOPIC_OR_PARTITION", None
+        if tp in seen:
+            return "INVALID_REQUEST", state
+        if state.leader != broker:
+            return "NOT_LEADER_OR_FOLLOWER", state
+        if change.leader_epoch != state.leader_epoch:
+            return "FENCED_LEADER_EPOCH", state
+        if change.partition_epoch != state.version:
+            return "INVALID_UPDATE_VERSION", state
+        if broker_epoch >= 0 and broker_epoch != self.ctx.broker_epochs.get(broker, -1):
+            return "STALE_BROKER_EPOCH", state
+        if any(r not in self.ctx.assignments[tp] for r in isr) or broker not in isr:
+            return "INVALID_REQUEST", state
+        if any(r not in self.ctx.live for r in isr if r not in state.isr):
+            return "INELIGIBLE_REPLICA", state
+        return "", state
 
     # -- reassignments (KIP-455) --------------------------------------------------
 

@@ -6,8 +6,13 @@ ISR whose fetch reached the high watermark joins it. The leader does not
 write the change itself: it asks the controller with AlterPartition (the
 controller is the only writer of partition state, so a leader and the
 controller never race on the znode), and applies the ISR the controller
-answers. At most one request per partition is in flight; a refused or
+answers. At most one change per partition is in flight; a refused or
 failed one is retried by the next check.
+
+Batching (Kafka's AlterPartitionManager): changes wait in a queue and go to
+the controller together, one AlterPartition request in flight at a time, so
+a broker rejoining a few thousand ISRs costs a few requests, not a
+connection and a ZooKeeper round trip per partition.
 
 Why AlterPartition rather than the leader's own compare-and-set (Kafka's
 older ZooKeeper path): with one writer the controller's copy of the ISR is
@@ -24,6 +29,7 @@ import structlog
 import trio
 
 from config import BrokerConfig
+from replication.controller_requests import IsrChange
 from replication.elections import LeaderAndIsr
 from replication.replica_manager import ReplicaManager
 from storage.log.manager import TopicPartition
@@ -31,9 +37,14 @@ from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)
 
-# (tp, leader epoch, partition epoch, new isr) -> (error name or "", state now)
-AlterIsr = Callable[[TopicPartition, int, int, list[int]],
-                    Awaitable[tuple[str, LeaderAndIsr | None]]]
+# Most changes one AlterPartition request carries.
+MAX_BATCH = 2000
+# Pause after a request that failed outright (no controller, connection lost).
+FAILURE_BACKOFF_S = 0.1
+
+
+# The changes -> per change, in order: (error name or "", the state now)
+AlterIsr = Callable[[list[IsrChange]], Awaitable[list[tuple[str, LeaderAndIsr | None]]]]
 
 
 class IsrManager:
@@ -42,14 +53,16 @@ class IsrManager:
         self.alter = alter
         self.node_id: int = config["node.id"]
         self.lag_max_s = config["replica.lag.time.max.ms"] / 1000
+        # Partitions with a change queued or being sent.
         self._inflight: set[TopicPartition] = set()
-        self._nursery: trio.Nursery | None = None
+        self._queue: dict[TopicPartition, IsrChange] = {}
+        self._queued = trio.Event()
         replicas.isr_listener = self.maybe_expand
         self.stats = replicas.stats
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            nursery.start_soon(self._sender)
             task_status.started()
             while True:
                 await trio.sleep(self.lag_max_s / 2)
@@ -92,9 +105,8 @@ class IsrManager:
         if joining:
             log.info("expanding isr", topic=tp[0], partition=tp[1], joining=joining)
         self._inflight.add(tp)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._send, tp, part.leader_epoch, part.partition_epoch,
-                                 new_isr)
+        self._queue[tp] = IsrChange(tp, part.leader_epoch, part.partition_epoch, new_isr)
+        self._queued.set()
 
     @staticmethod
     def _epoch_start(part: object) -> int:
@@ -102,27 +114,50 @@ class IsrManager:
         entries = part.log.epochs.entries  # type: ignore[attr-defined]
         return entries[-1][1] if entries else 0
 
-    async def _send(self, tp: TopicPartition, leader_epoch: int, partition_epoch: int,
-                    isr: list[int]) -> None:
+    async def _sender(self) -> None:
+        while True:
+            await self._queued.wait()
+            batch = list(self._queue.values())[:MAX_BATCH]
+            for change in batch:
+                del self._queue[change.tp]
+            if not self._queue:
+                self._queued = trio.Event()
+            if not await self._send(batch):
+                await trio.sleep(FAILURE_BACKOFF_S)
+
+    async def _send(self, batch: list[IsrChange]) -> bool:
+        """One request; False if it failed as a whole (each change is retried by
+        a later check)."""
         try:
-            error, state = await self.alter(tp, leader_epoch, partition_epoch, isr)
+            answers = await self.alter(batch)
         except Exception as exc:  # unreachable controller: the next check retries
-            log.info("AlterPartition failed; will retry", topic=tp[0], partition=tp[1],
+            log.info("AlterPartition failed; will retry", partitions=len(batch),
                      error=str(exc))
-            return
+            return False
         finally:
-            self._inflight.discard(tp)
-        part = self.replicas.partitions.get(tp)
-        if part is None or part.leader_epoch != leader_epoch:
+            self._inflight.difference_update(c.tp for c in batch)
+        refused: dict[str, int] = {}
+        first = ""
+        for change, (error, state) in zip(batch, answers, strict=True):
+            self._apply(change, error, state)
+            if error:
+                refused[error] = refused.get(error, 0) + 1
+                first = first or f"{change.tp[0]}-{change.tp[1]}"
+        if refused:
+            log.info("AlterPartition refused", partitions=len(batch), refused=refused,
+                     first=first)
+        return True
+
+    def _apply(self, change: IsrChange, error: str, state: LeaderAndIsr | None) -> None:
+        part = self.replicas.partitions.get(change.tp)
+        if part is None or part.leader_epoch != change.leader_epoch:
             return
-        if state is not None and state.leader_epoch == leader_epoch:
+        if state is not None and state.leader_epoch == change.leader_epoch:
             before = set(part.isr)
             part.partition_epoch = state.version
-            self.replicas.update_isr(tp, list(state.isr))
+            self.replicas.update_isr(change.tp, list(state.isr))
             if not error:
                 self._count(before, set(state.isr))
-        if error:
-            log.info("AlterPartition refused", topic=tp[0], partition=tp[1], error=error)
 
     def _count(self, before: set[int], after: set[int]) -> None:
         """Kafka's IsrShrinksPerSec / IsrExpandsPerSec: one per committed change

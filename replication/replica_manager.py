@@ -169,7 +169,9 @@ class ReplicaManager:
             log.info("truncating follower log", topic=tp[0], partition=tp[1],
                      from_offset=part.log.end_offset, to_offset=offset,
                      leader_epoch=part.leader_epoch)
-            part.log.truncate_to(offset)
+        # Also at the log end: an epoch this broker started there as leader,
+        # with nothing appended in it, goes (see ``Log.truncate_to``).
+        part.log.truncate_to(offset)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
 
     def truncate_fully(self, tp: TopicPartition, offset: int) -> None:

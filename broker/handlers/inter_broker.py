@@ -18,6 +18,7 @@ from protocol import broker_apis as ib
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from replication.cluster import PartitionUpdate
+from replication.controller_requests import IsrChange
 from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint, PartitionState
 
 
@@ -101,15 +102,17 @@ async def handle_alter_partition(ctx: BrokerContext, header: RequestHeader, req:
         return resp(throttle_time_ms=0,
                     error_code=_error(ctx, "AlterPartition", ErrorCode.NOT_CONTROLLER),
                     topics=[])
-    controller = ctx.cluster.controller
+    changes = [IsrChange((t.topic_name, p.partition_index), p.leader_epoch,
+                         p.partition_epoch, list(p.new_isr))
+               for t in req.topics for p in t.partitions]
+    answers = iter(await ctx.cluster.controller.alter_partitions(req.broker_id,
+                                                                 req.broker_epoch, changes))
     topic_cls = resp.TopicData
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            error, state = await controller.alter_partition(
-                req.broker_id, req.broker_epoch, (t.topic_name, p.partition_index),
-                p.leader_epoch, p.partition_epoch, list(p.new_isr))
+            error, state = next(answers)
             code = _error(ctx, "AlterPartition", ErrorCode[error] if error else ErrorCode.NONE)
             parts.append(topic_cls.PartitionData(
                 partition_index=p.partition_index, error_code=code,

@@ -12,7 +12,7 @@ import trio
 
 from config import BrokerConfig, TopicConfigs
 from protocol.errors import ErrorCode
-from replication.fetch import FetchParams
+from replication.fetch import FetchParams, FetchPartition
 from replication.fetch_session import CachedPartition, FetchSessionCache, SessionError
 from replication.metadata_cache import PartitionState
 from replication.replica_manager import ReplicaManager
@@ -255,3 +255,56 @@ async def test_a_partition_back_from_a_delay_is_named_again(replicas, autojump_c
     f._delay(f.partitions[TPS[1]])  # e.g. NOT_LEADER_OR_FOLLOWER from a leader not ready yet
     f._move(f.partitions[TPS[1]], fetcher_module.S.FETCHING)  # the delay is over
     assert named(f._build()) == {TPS[1]}
+
+
+async def test_an_empty_epoch_at_the_log_end_is_dropped_on_divergence(tmp_path, autojump_clock):
+    """A follower that led an epoch and lost the lead before any append keeps
+    that epoch at its log end. The new leader, which never had it, answers a
+    divergence at the log end; the follower drops the epoch, names the
+    partition again with the epoch of its last batch, and the leader then
+    counts it caught up (before, the same divergence came back for ever and
+    the follower never rejoined the ISR)."""
+    from replication import fetcher as fetcher_module
+    from replication.fetch import fetch as fetch_path
+    from replication.peer import Peer
+
+
+    tp = TPS[0]
+
+    def broker(node: int):
+        config = BrokerConfig.from_mapping({"log.dirs": str(tmp_path / str(node)),
+                                            "node.id": str(node)})
+        return ReplicaManager(config, LogManager(config))
+
+    leader, follower = broker(1), broker(2)
+    cfg = TopicConfigs(leader.config, {}).log_config()
+    tid = uuid.uuid4()
+    leader.become_leader(tp, tid, cfg, PartitionState(1, 0, [1, 2], [1, 2]))
+    await leader.append(tp, batch([b"a"]), acks=1)
+    follower.become_follower(tp, tid, cfg, PartitionState(1, 0, [1, 2], [1, 2]))
+    follower.append_as_follower(tp, bytearray(leader.partition(tp).log.read(
+        0, 1 << 20, 1, True).data))
+    # The follower led epoch 1 without appending; broker 1 leads again in epoch 2.
+    follower.become_leader(tp, tid, cfg, PartitionState(2, 1, [1, 2], [2]))
+    follower.become_follower(tp, tid, cfg, PartitionState(1, 2, [1, 2], [1]))
+    leader.become_leader(tp, tid, cfg, PartitionState(1, 2, [1, 2], [1]))
+    assert follower.partition(tp).log.epochs.latest_epoch == 1
+
+    f = fetcher_module.ReplicaFetcher(follower.config, follower, Peer(1, "127.0.0.1", 9, "t"))
+    f.add(tp, 2)
+    for _ in range(2):
+        req = f._build()
+        [sent] = [p for t in req.topics for p in t.partitions]
+        [result] = await fetch_path(leader, FetchParams([FetchPartition(
+            tp[0], tp[1], sent.fetch_offset, 1 << 20, sent.current_leader_epoch,
+            last_fetched_epoch=sent.last_fetched_epoch)], replica_id=2))
+        if result.diverging_epoch is None:
+            break
+        f.session.answered(ErrorCode.NONE, 0)
+        f._diverged(f.partitions[tp], *result.diverging_epoch)
+    assert result.diverging_epoch is None and result.error == ErrorCode.NONE
+    assert follower.partition(tp).log.epochs.latest_epoch == 0
+    assert leader.partition(tp).follower_end_offsets[2] == 1
+    for rm in (leader, follower):
+        for lg in rm.logs.logs.values():
+            lg.close()

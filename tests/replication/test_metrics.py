@@ -18,6 +18,7 @@ from config import BrokerConfig, TopicConfigs
 from replication.controller import Controller, ControllerContext
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.fetch import FetchParams, FetchPartition
+from replication.controller_requests import IsrChange
 from replication.isr import IsrManager
 from replication.metadata_cache import BrokerEndpoint, PartitionState
 from replication.metrics import (
@@ -146,9 +147,10 @@ async def test_the_snapshot_task_refreshes_the_gauges(replicas, autojump_clock):
 def committing_alter(asked: list[list[int]]) -> Any:
     """A controller that commits every AlterPartition, recording the ISRs asked for."""
 
-    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
-        asked.append(isr)
-        return "", LeaderAndIsr(1, leader_epoch, tuple(isr), 0, partition_epoch + 1)
+    async def alter(changes: list[IsrChange]):
+        asked.extend(c.isr for c in changes)
+        return [("", LeaderAndIsr(1, c.leader_epoch, tuple(c.isr), 0, c.partition_epoch + 1))
+                for c in changes]
 
     return alter
 
@@ -181,8 +183,9 @@ async def test_a_refused_isr_change_is_not_counted(replicas, autojump_clock):
     tp = ("t", 0)
     part = host(replicas, tp, 1, [1, 2, 3])
 
-    async def alter(tp_: Any, leader_epoch: int, partition_epoch: int, isr: list[int]):
-        return "INVALID_UPDATE_VERSION", LeaderAndIsr(1, leader_epoch, (1, 2, 3), 0, 5)
+    async def alter(changes: list[IsrChange]):
+        return [("INVALID_UPDATE_VERSION", LeaderAndIsr(1, c.leader_epoch, (1, 2, 3), 0, 5))
+                for c in changes]
 
     isr = IsrManager(replicas.config, replicas, alter)
     async with trio.open_nursery() as nursery:
