@@ -141,7 +141,8 @@ async def run(config: BrokerConfig) -> None:
                     raise ListenError(f"cannot listen on {listener.url()}: "
                                       f"{exc.strerror}") from None
                 ports[listener.name] = sockets[0].socket.getsockname()[1]
-            endpoint = BrokerEndpoint.advertise(ctx.node_id, config.listeners, ports)
+            endpoint = BrokerEndpoint.advertise(ctx.node_id, config.listeners, ports,
+                                                config["broker.rack"])
             if node is not None:
                 node.admin.set_endpoint(endpoint)
             if ctx.cluster is not None:

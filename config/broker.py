@@ -24,6 +24,10 @@ from config.security import DEFS as SECURITY_DEFS
 
 log = structlog.get_logger(__name__)
 
+# replica.selector.class values: Kafka's class names (also in tierd's config files).
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 
 def _listener_check(value: list[str]) -> str | None:
     for item in value:
@@ -39,6 +43,13 @@ def _listener_check(value: list[str]) -> str | None:
 _DEFS: list[ConfigDef] = [
     ConfigDef("node.id", T.INT, 0, "Id of this broker.", at_least=0),
     ConfigDef("broker.id", T.INT, None, "Deprecated synonym of node.id.", at_least=-1),
+    ConfigDef("broker.rack", T.STRING, None, "Rack (or zone) of this broker: replicas of a "
+              "new partition go to different racks, and with replica.selector.class a "
+              "consumer that sets client.rack reads from a replica in its own rack."),
+    ConfigDef("replica.selector.class", T.STRING, None, "Which replica a consumer reads "
+              "from (KIP-392): unset or LeaderSelector, the leader; RackAwareReplicaSelector, "
+              "a replica in the consumer's client.rack when there is one.",
+              choices=(LEADER_SELECTOR, RACK_AWARE_SELECTOR)),
     ConfigDef("listeners", T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listeners.", check=_listener_check),
     ConfigDef("advertised.listeners", T.LIST, None, "Listeners given to clients.",
               check=_listener_check),

@@ -323,6 +323,7 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     store = LocalMetadataStore(config.log_dir, config["node.id"], cluster_id)
     metadata = MetadataCache(cluster_id)
     replicas = ReplicaManager(config, LogManager(config, clock))
+    replicas.rack_of = lambda broker: (e.rack if (e := metadata.broker(broker)) else None)
     admin = ZkTopicAdmin(config, zk, metadata)
     channel = ControllerChannel(config["node.id"], config["controller.socket.timeout.ms"])
     controller = Controller(config, zk, channel)

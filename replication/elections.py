@@ -24,6 +24,7 @@ Every leader change bumps the leader epoch; an ISR-only change keeps it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 NO_LEADER = -1
@@ -120,18 +121,74 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
     """
     ids = sorted(brokers)
     n = len(ids)
-    start = seed % n
-    shift = seed % n
     out: dict[int, list[int]] = {}
-    for i in range(partitions):
-        p = start_partition + i
-        if p > 0 and p % n == 0:
-            shift += 1
-        first = (p + start) % n
+    for p, first, shift in _leader_slots(n, partitions, start_partition, seed):
         replicas = [ids[first]]
         for j in range(replication_factor - 1):
             step = 1 + (shift + j) % (n - 1) if n > 1 else 0
             replicas.append(ids[(first + step) % n])
+        out[p] = replicas
+    return out
+
+
+def _leader_slots(n: int, partitions: int, start_partition: int, seed: int
+                  ) -> Iterator[tuple[int, int, int]]:
+    """Per partition: (partition, index of its first replica among ``n``
+    brokers, the followers' shift). Leaders go round-robin from a start
+    index; the shift grows by one after each round, so successive rounds
+    pair each leader with other followers."""
+    start = seed % n
+    shift = seed % n
+    for i in range(partitions):
+        p = start_partition + i
+        if p > 0 and p % n == 0:
+            shift += 1
+        yield p, (p + start) % n, shift
+
+
+def rack_alternated(racks: dict[int, str]) -> list[int]:
+    """Brokers ordered so that consecutive ones sit in different racks: one
+    from each rack in rack-name order, round after round, lowest id first."""
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(racks):
+        by_rack.setdefault(racks[broker], []).append(broker)
+    queues = [by_rack[rack] for rack in sorted(by_rack)]
+    out: list[int] = []
+    for i in range(max(len(q) for q in queues)):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
+
+
+def assign_replicas_rack_aware(racks: dict[int, str], partitions: int,
+                               replication_factor: int, start_partition: int = 0,
+                               seed: int = 0) -> dict[int, list[int]]:
+    """Kafka's rack-aware assignment: as ``assign_replicas`` over the
+    rack-alternated broker list, but a follower goes to a rack that has no
+    replica of the partition yet (while one is left) and to a broker that has
+    none (while one is left), so a partition's replicas span
+    min(replication factor, racks) racks.
+
+    Args:
+        racks: every live broker's rack.
+    """
+    ordered = rack_alternated(racks)
+    n = len(ordered)
+    rack_count = len(set(racks.values()))
+    out: dict[int, list[int]] = {}
+    for p, first, shift in _leader_slots(n, partitions, start_partition, seed):
+        replicas = [ordered[first]]
+        used_racks = {racks[ordered[first]]}
+        k = 0
+        while len(replicas) < replication_factor:
+            step = 1 + (shift * rack_count + k) % (n - 1)
+            broker = ordered[(first + step) % n]
+            k += 1
+            if broker in replicas and len(replicas) < n:
+                continue
+            if racks[broker] in used_racks and len(used_racks) < rack_count:
+                continue
+            replicas.append(broker)
+            used_racks.add(racks[broker])
         out[p] = replicas
     return out
 

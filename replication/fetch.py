@@ -78,6 +78,9 @@ class FetchParams:
     # Local data as FileSlices for the connection to sendfile (the network
     # fetch path); off for in-process callers that want bytes.
     zero_copy: bool = False
+    # A consumer's rack (Fetch v11+ rack_id, "" if it names none); None: a
+    # request without client metadata (before v11), which only a leader serves.
+    client_rack: str | None = None
 
     @property
     def is_follower(self) -> bool:
@@ -102,6 +105,9 @@ class FetchResult:
     # Followers: (epoch, end offset) where the follower's log left the leader's;
     # it truncates there before fetching again (KIP-320).
     diverging_epoch: tuple[int, int] | None = None
+    # Consumers (KIP-392): the replica to fetch this partition from instead (no
+    # records come with it); -1: this broker.
+    preferred_read_replica: int = -1
 
 
 async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResult]:
@@ -142,7 +148,8 @@ def _close_slices(results: list[FetchResult]) -> None:
 
 async def _read_local(replicas: ReplicaManager, params: FetchParams
                       ) -> tuple[list[FetchResult], int, bool, list[int]]:
-    """One local pass; returns results, bytes, whether any error, and the
+    """One local pass; returns results, bytes, whether any partition must be
+    answered at once (an error, or a consumer sent to another replica), and the
     indexes of partitions that need the remote tier. Other tasks run between
     partitions once the pass has taken a few milliseconds (each partition is
     read whole, as it is at that moment)."""
@@ -167,11 +174,18 @@ async def _read_local(replicas: ReplicaManager, params: FetchParams
                     results.append(result)
                     total += len(result.records)
                     continue
-                part = replicas.leader_partition((p.topic, p.partition))
+                part = replicas.readable_partition((p.topic, p.partition),
+                                                   params.client_rack is not None)
                 replicas.check_leader_epoch(part, p.current_leader_epoch)
-                got = replicas.read((p.topic, p.partition), p.offset, budget,
-                                    params.read_committed, min_one_batch=total == 0,
-                                    zero_copy=params.zero_copy)
+                preferred = replicas.preferred_read_replica(part, params.client_rack, p.offset)
+                if preferred >= 0:
+                    # Answered at once, as Kafka does: the consumer moves on.
+                    results.append(FetchResult(preferred_read_replica=preferred))
+                    any_error = True
+                    continue
+                got = replicas.read(part, p.offset, budget, params.read_committed,
+                                    min_one_batch=total == 0, zero_copy=params.zero_copy,
+                                    leader_epoch_known=p.current_leader_epoch >= 0)
             except KafkaApiError as exc:
                 results.append(FetchResult(exc.code))
                 if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
@@ -309,7 +323,7 @@ async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
                   if tp in session.partitions]
         pending.clear()
         sub = FetchParams(wanted, 0, params.min_bytes, params.max_bytes, params.read_committed,
-                          params.replica_id, params.zero_copy)
+                          params.replica_id, params.zero_copy, params.client_rack)
         results, total, any_error, remote = await _read_local(replicas, sub)
         if remote:
             got, remote_error = await _read_remote(replicas, sub, results, remote, total)
@@ -331,7 +345,8 @@ async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
                 continue
             if cached.must_respond(r.error, bool(r.records), r.high_watermark,
                                    r.last_stable_offset, r.log_start_offset,
-                                   r.diverging_epoch is not None) or tp in answer:
+                                   r.diverging_epoch is not None,
+                                   r.preferred_read_replica) or tp in answer:
                 answer[tp] = (p, r)
             elif total >= params.max_bytes and not r.records:
                 # The response filled up before this partition's turn: it may

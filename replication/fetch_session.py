@@ -84,18 +84,24 @@ class CachedPartition:
     high_watermark: int = -2
     last_stable_offset: int = -2
     log_start_offset: int = -2
+    # The preferred read replica last sent (KIP-392; -1: none).
+    preferred_read_replica: int = -1
 
     def must_respond(self, error: ErrorCode, has_records: bool, high_watermark: int,
-                     last_stable_offset: int, log_start_offset: int, diverging: bool) -> bool:
+                     last_stable_offset: int, log_start_offset: int, diverging: bool,
+                     preferred_read_replica: int = -1) -> bool:
         """Whether an incremental answer includes this partition; remembers
         what it sends. An error also forgets the offsets last sent, so the
         partition is answered again once it recovers."""
         if error is not ErrorCode.NONE:
             self.high_watermark = self.last_stable_offset = self.log_start_offset = -2
+            self.preferred_read_replica = -1
             return True
         changed = (has_records or diverging or high_watermark != self.high_watermark
                    or last_stable_offset != self.last_stable_offset
-                   or log_start_offset != self.log_start_offset)
+                   or log_start_offset != self.log_start_offset
+                   or preferred_read_replica != self.preferred_read_replica)
+        self.preferred_read_replica = preferred_read_replica
         self.high_watermark = high_watermark
         self.last_stable_offset = last_stable_offset
         self.log_start_offset = log_start_offset

@@ -137,6 +137,7 @@ def open_single_node(config: BrokerConfig, clock: Callable[[], int] = now_ms) ->
     replicas = ReplicaManager(config, LogManager(config, clock))
     admin = LocalTopicAdmin(config, store, metadata, replicas)
     admin.load()
-    admin.set_endpoint(BrokerEndpoint.advertise(config["node.id"], config.listeners))
+    admin.set_endpoint(BrokerEndpoint.advertise(config["node.id"], config.listeners,
+                                                rack=config["broker.rack"]))
     return SingleNode(store, metadata, replicas, admin,
                       InternalTopics(config, admin, metadata, replicas))

@@ -59,7 +59,8 @@ class BrokerEndpoint:
 
     @classmethod
     def advertise(cls, node_id: int, listeners: Listeners,
-                  bound: Mapping[str, int] | None = None) -> BrokerEndpoint:
+                  bound: Mapping[str, int] | None = None,
+                  rack: str | None = None) -> BrokerEndpoint:
         """This broker as its config advertises it; an advertised port 0 becomes
         the port its listener of that name bound (``bound``, by name)."""
         bound = bound or {}
@@ -67,7 +68,7 @@ class BrokerEndpoint:
                                       a.port or bound.get(a.name, 0))
                      for a in listeners.advertised)
         inter = next((e for e in ends if e.name == listeners.inter_broker), ends[0])
-        return cls(node_id, inter.host, inter.port, None, ends)
+        return cls(node_id, inter.host, inter.port, rack or None, ends)
 
     def on(self, listener: str | None) -> BrokerEndpoint | None:
         """This broker as clients of ``listener`` reach it (None, or a broker

@@ -30,6 +30,7 @@ import structlog
 import trio
 
 from config import BrokerConfig
+from config.broker import RACK_AWARE_SELECTOR
 from config.topic import LogConfig
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
@@ -40,6 +41,7 @@ from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import Purgatory
+from replication.replica_selector import LEADER, preferred_read_replica
 from storage.log.file_slice import FileSlice
 from storage.log.log import AppendResult, Log
 from storage.log.manager import LogManager, TopicPartition
@@ -91,6 +93,10 @@ class ReplicaManager:
         self.stats = ReplicaStats()
         # Told about partitions whose ISR may change (set by cluster mode).
         self.isr_listener: Callable[[TopicPartition], None] | None = None
+        # KIP-392: consumers may be sent to a follower in their rack; a
+        # broker's rack comes from the cluster's metadata (set by cluster mode).
+        self.rack_aware_reads = config["replica.selector.class"] == RACK_AWARE_SELECTOR
+        self.rack_of: Callable[[int], str | None] = lambda broker: None
         logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     # -- lifecycle --------------------------------------------------------------
@@ -277,6 +283,24 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                 f"{tp[0]}-{tp[1]}: leader is {part.leader_id}")
         return part
+
+    def readable_partition(self, tp: TopicPartition, followers_too: bool) -> Partition:
+        """The partition a consumer may read here: led by this broker, or with
+        ``followers_too`` (Fetch v11+, KIP-392) any replica of it.
+
+        Raises:
+            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER.
+        """
+        return self.partition(tp) if followers_too else self.leader_partition(tp)
+
+    def preferred_read_replica(self, part: Partition, client_rack: str | None,
+                               offset: int) -> int:
+        """The follower a consumer in ``client_rack`` should read ``part`` from
+        (``replication.replica_selector``); -1: here."""
+        if (not self.rack_aware_reads or client_rack is None
+                or not part.is_leader(self.node_id)):
+            return LEADER
+        return preferred_read_replica(part, self.node_id, client_rack, offset, self.rack_of)
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
@@ -477,17 +501,25 @@ class ReplicaManager:
             return now
         return at
 
-    def read(self, tp: TopicPartition, offset: int, max_bytes: int, committed_only: bool,
-             min_one_batch: bool, zero_copy: bool = False) -> bytes | FileSlice:
+    def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
+             min_one_batch: bool, zero_copy: bool = False,
+             leader_epoch_known: bool = True) -> bytes | FileSlice:
         """Read for a consumer, up to the high watermark (or LSO); with
         ``zero_copy`` the data may be a ``FileSlice`` (see ``Log.read_for_send``).
 
+        On a follower (KIP-392) an offset past our log end is one the leader
+        may have: with ``leader_epoch_known`` the consumer gets
+        OFFSET_OUT_OF_RANGE and asks the leader; without (a Fetch v11 client
+        that sends no epoch, maybe on stale metadata) an empty answer to retry.
+
         Raises:
-            KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION or OFFSET_OUT_OF_RANGE.
+            KafkaApiError: OFFSET_OUT_OF_RANGE, OFFSET_MOVED_TO_TIERED_STORAGE.
         """
-        part = self.leader_partition(tp)
         limit = part.last_stable_offset if committed_only else part.high_watermark
-        if offset > part.high_watermark and offset <= part.log.end_offset:
+        end = part.log.end_offset
+        if offset > part.high_watermark and offset <= end:
+            return b""
+        if offset > end and not leader_epoch_known and not part.is_leader(self.node_id):
             return b""
         return part.log.read_for_send(offset, max_bytes, limit, min_one_batch, zero_copy)
 

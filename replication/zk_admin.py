@@ -1,8 +1,10 @@
 """The topic writer of cluster mode: topic changes go to ZooKeeper, the controller acts.
 
 Creating a topic writes its config (``/config/topics/<t>``) and then its
-replica assignment (``/brokers/topics/<t>``, Kafka's rack-unaware spread over
-the live brokers); the controller sees the new znode, elects leaders and
+replica assignment (``/brokers/topics/<t>``, spread over the live brokers:
+Kafka's rack-aware placement when brokers have a ``broker.rack``, a broker
+without one counting as a rack of its own as in KRaft-mode Kafka, else
+the rack-unaware spread); the controller sees the new znode, elects leaders and
 tells the brokers. Deleting writes ``/admin/delete_topics/<t>``; growing
 rewrites the assignment with the new partitions; altering configs rewrites
 ``/config/topics/<t>`` and leaves a change notification every broker
@@ -25,7 +27,7 @@ import trio
 
 from config import BrokerConfig, TopicConfigs
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.elections import assign_replicas
+from replication.elections import assign_replicas, assign_replicas_rack_aware
 from replication.metadata import TopicInfo, validate_topic_name
 from replication.metadata_cache import MetadataCache
 from replication.zookeeper import ZkClient
@@ -67,8 +69,7 @@ class ZkTopicAdmin:
                                     f"topic {name!r} collides with existing topic {other!r}")
         topic_id = uuid.uuid4()
         if assignment is None:
-            assignment = assign_replicas(live, partitions, replication_factor,
-                                         seed=random.randrange(1 << 30))
+            assignment = self._assign(partitions, replication_factor, 0)
         await self.zk.set_topic_config(name, configs)
         if not await self.zk.create_topic_assignment(name, topic_id, assignment):
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -103,12 +104,21 @@ class ZkTopicAdmin:
                                 f"The topic '{name}' does not exist.")
         current = len(assignment.partitions)
         rf = len(next(iter(assignment.partitions.values())))
-        live = [b.node_id for b in self.metadata.brokers()]
-        added = assign_replicas(live, count - current, rf, start_partition=current,
-                                seed=random.randrange(1 << 30))
+        added = self._assign(count - current, rf, current)
         await self.zk.set_topic_assignment(name, assignment.topic_id,
                                            {**assignment.partitions, **added})
         await self.wait_for_topic(name, count)
+
+    def _assign(self, partitions: int, replication_factor: int, start_partition: int
+                ) -> dict[int, list[int]]:
+        brokers = self.metadata.brokers()
+        seed = random.randrange(1 << 30)
+        if any(b.rack for b in brokers):
+            racks = {b.node_id: b.rack or "" for b in brokers}
+            return assign_replicas_rack_aware(racks, partitions, replication_factor,
+                                              start_partition, seed)
+        return assign_replicas([b.node_id for b in brokers], partitions, replication_factor,
+                               start_partition, seed)
 
     async def alter_configs(self, name: str, configs: TopicConfigs) -> None:
         await self.zk.set_topic_config(name, configs.overrides)

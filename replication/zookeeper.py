@@ -376,7 +376,8 @@ class ZkClient:
                       "endpoints": [_url(e) for e in endpoint.listeners], "jmx_port": -1,
                       "features": {}, "host": plain.host if plain else None,
                       "timestamp": str(int(time.time() * 1000)),
-                      "port": plain.port if plain else -1, "version": 5})
+                      "port": plain.port if plain else -1, "version": 5,
+                      **({"rack": endpoint.rack} if endpoint.rack else {})})
         wait = wait_s if wait_s is not None else self.session_timeout_s * 2 + 2
         deadline = trio.current_time() + wait
         while True:

@@ -49,7 +49,7 @@ METRICS_MD = ROOT / "docs" / "metrics.md"
 # TopicBasedRemoteLogMetadataManager / LocalTieredStorage plugins) has under the
 # same name.
 KAFKA_KEYS = frozenset("""
-max.incremental.fetch.session.cache.slots
+max.incremental.fetch.session.cache.slots broker.rack replica.selector.class
 node.id broker.id listeners advertised.listeners listener.security.protocol.map
 inter.broker.listener.name security.inter.broker.protocol ssl.keystore.type
 ssl.keystore.location ssl.keystore.password ssl.key.password ssl.keystore.key

@@ -47,6 +47,8 @@ from storage.log.file_slice import FileSlice
 READ_COMMITTED = 1
 # Topic-id based fetch starts at v13.
 _TOPIC_ID_VERSION = 13
+# Consumers name their rack from v11 (KIP-392), and may fetch from followers.
+_CLIENT_METADATA_VERSION = 11
 # The replica id moved into replica_state at v15 (KIP-903).
 _REPLICA_STATE_VERSION = 15
 
@@ -59,7 +61,8 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
                          max_bytes=req.max_bytes,
                          read_committed=req.isolation_level == READ_COMMITTED,
                          replica_id=replica_id(req, v),
-                         zero_copy=ctx.config["tierd.fetch.zero.copy"])
+                         zero_copy=ctx.config["tierd.fetch.zero.copy"],
+                         client_rack=(req.rack_id or "") if v >= _CLIENT_METADATA_VERSION else None)
     sessions = ctx.replicas.fetch_sessions
     session_id, epoch = ((req.session_id, req.session_epoch) if v >= FIRST_SESSION_VERSION
                          else (NO_SESSION, FINAL_EPOCH))
@@ -87,7 +90,7 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
             if cached is not None:
                 cached.must_respond(r.error, bool(r.records), r.high_watermark,
                                     r.last_stable_offset, r.log_start_offset,
-                                    r.diverging_epoch is not None)
+                                    r.diverging_epoch is not None, r.preferred_read_replica)
     return _build(ctx, resp, v, params, topic_ids, results,
                   session.id if session is not None else NO_SESSION)
 
@@ -108,7 +111,8 @@ async def _incremental(ctx: BrokerContext, resp: Any, v: int, req: Any, params: 
                                          else None for p, _ in answered]
     results = [FetchResult(p.error) for p, _ in refused] + [r for _, r in answered]
     shown = FetchParams(parts, params.max_wait_ms, params.min_bytes, params.max_bytes,
-                        params.read_committed, params.replica_id, params.zero_copy)
+                        params.read_committed, params.replica_id, params.zero_copy,
+                        params.client_rack)
     return _build(ctx, resp, v, shown, ids, results, session.id)
 
 
@@ -223,7 +227,7 @@ def _partition_answer(ctx: BrokerContext, part_cls: Any, params: FetchParams,
     return part_cls(partition_index=p.partition, error_code=r.error,
                     high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
                     log_start_offset=r.log_start_offset, aborted_transactions=aborted,
-                    preferred_read_replica=-1, records=data, **extra)
+                    preferred_read_replica=r.preferred_read_replica, records=data, **extra)
 
 
 HANDLERS = {FetchRequest.API_KEY: handle_fetch}

@@ -105,6 +105,8 @@ class RemoteLogManager:
         self.remover = PartitionRemover(services, self._topic_partition_removed)
         # Follower partitions with tiering on: (tip, log), by topic-partition.
         self.followers: dict[TopicPartition, tuple[TopicIdPartition, Log]] = {}
+        # Read-only views of followed partitions, for consumers reading them.
+        self._follower_views: dict[TopicPartition, TieredPartition] = {}
         # Called once a deleted partition's remote data is gone (the broker
         # clears its restart-safe record of the pending cleanup).
         self.on_partition_removed: Callable[[TopicIdPartition], Awaitable[None]] | None = None
@@ -118,19 +120,54 @@ class RemoteLogManager:
         existing = self.partitions.get(tp)
         if existing is not None and existing.tip == tip:
             return existing
-        cfg = self.config
-        p = TieredPartition(
-            tip, lg, last_stable_offset,
-            Backoff(cfg["remote.log.manager.task.retry.backoff.ms"],
-                    cfg["remote.log.manager.task.retry.backoff.max.ms"],
-                    cfg["remote.log.manager.task.retry.jitter"]),
-            Backoff(cfg["remote.log.manager.task.retry.backoff.ms"],
-                    cfg["remote.log.manager.task.retry.backoff.max.ms"],
-                    cfg["remote.log.manager.task.retry.jitter"]))
+        p = self._new_partition(tip, lg, last_stable_offset)
         self.svc.rlmm.on_partition_leadership_changes([tip], [])
         self.partitions[tp] = p
         self.wake()
         return p
+
+    def _new_partition(self, tip: TopicIdPartition, lg: Log,
+                       last_stable_offset: Callable[[], int]) -> TieredPartition:
+        cfg = self.config
+
+        def backoff() -> Backoff:
+            return Backoff(cfg["remote.log.manager.task.retry.backoff.ms"],
+                           cfg["remote.log.manager.task.retry.backoff.max.ms"],
+                           cfg["remote.log.manager.task.retry.jitter"])
+
+        return TieredPartition(tip, lg, last_stable_offset, backoff(), backoff())
+
+    async def _readable(self, tp: TopicPartition) -> TieredPartition:
+        """The partition as remote reads see it: a leader's, or a follower's
+        (KIP-392: consumers of its rack read from it). A follower reads the
+        tier through a view of its log that runs no task: it only waits for
+        the metadata to catch up, and leaves the log's tiered state to the
+        follower's own refresh.
+
+        Raises:
+            KafkaApiError: OFFSET_OUT_OF_RANGE if the partition is not tiered
+                here, KAFKA_STORAGE_ERROR if its metadata is not ready.
+        """
+        p = self.partitions.get(tp)
+        if p is not None:
+            await self._ready_or_storage_error(p)
+            return p
+        followed = self.followers.get(tp)
+        if followed is None:
+            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, "partition is not tiered here")
+        tip, lg = followed
+        view = self._follower_views.get(tp)
+        if view is None or view.tip != tip or view.log is not lg:
+            view = self._new_partition(tip, lg, lambda: lg.end_offset)
+            self._follower_views[tp] = view
+        if not view.ready:
+            try:
+                await self.svc.rlmm.ensure_ready(tip)
+            except Exception as exc:
+                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                    f"remote metadata not ready: {exc}") from None
+            view.ready = True
+        return view
 
     async def _ensure_ready(self, p: TieredPartition) -> None:
         """Catch the metadata up for ``p`` once, then restore its tiered state.
@@ -186,6 +223,7 @@ class RemoteLogManager:
 
     def stop_partition(self, tp: TopicPartition) -> None:
         self.followers.pop(tp, None)
+        self._follower_views.pop(tp, None)
         p = self.partitions.pop(tp, None)
         if p is not None:
             p.cancelled = True
@@ -356,10 +394,7 @@ class RemoteLogManager:
                 KAFKA_STORAGE_ERROR (store down, object missing, queue full),
                 CORRUPT_MESSAGE (remote bytes fail validation).
         """
-        p = self.partitions.get(tp)
-        if p is None:
-            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE, "partition is not tiered here")
-        await self._ready_or_storage_error(p)
+        p = await self._readable(tp)
         if max_bytes <= 0 and not min_one_batch:
             return None  # no byte share for this partition: a read could return nothing
         key = (tp, offset, max_bytes, min_one_batch)
@@ -486,10 +521,9 @@ class RemoteLogManager:
             KafkaApiError: KAFKA_STORAGE_ERROR if an index cannot be read (the
                 records must not be served without their abort list).
         """
-        p = self.partitions.get(tp)
-        if p is None:
+        if tp not in self.partitions and tp not in self.followers:
             return []
-        await self._ready_or_storage_error(p)
+        p = await self._readable(tp)
         finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
                            if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
                            and m.end_offset >= start), key=lambda m: m.start_offset)

@@ -98,3 +98,40 @@ def test_members_registered_after_the_state_was_written_leave_the_isr():
     assert drop_restarted(state, {1: 50, 2: 60, 3: 70}, 8) is None
     assert drop_restarted(LeaderAndIsr(1, 4, (1, 2), 7), {1: 500, 2: 600}, 8) is None
     assert drop_restarted(state, {1: 150, 2: 160, 3: 170}, 8) is None
+
+
+def test_rack_alternated_order_takes_one_broker_per_rack_in_turn():
+    from replication.elections import rack_alternated
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "a"}
+    assert rack_alternated(racks) == [1, 3, 5, 2, 4, 6]
+
+
+@pytest.mark.parametrize("racks,rf", [
+    ({1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}, 3),
+    ({1: "a", 2: "a", 3: "a", 4: "b"}, 2),
+    ({1: "a", 2: "b", 3: "a", 4: "b", 5: "a", 6: "b"}, 3),
+    ({1: "x", 2: "y", 3: "z"}, 3),
+])
+def test_rack_aware_assignment_spreads_every_partition_over_racks(racks, rf):
+    from replication.elections import assign_replicas_rack_aware
+
+    rack_count = len(set(racks.values()))
+    for seed in range(6):
+        got = assign_replicas_rack_aware(racks, 24, rf, seed=seed)
+        assert sorted(got) == list(range(24))
+        for replicas in got.values():
+            assert len(replicas) == rf == len(set(replicas)) and set(replicas) <= set(racks)
+            assert len({racks[b] for b in replicas}) == min(rf, rack_count)
+        leaders = [r[0] for r in got.values()]
+        counts = [leaders.count(b) for b in racks]
+        assert max(counts) - min(counts) <= 1
+
+
+def test_rack_aware_assignment_of_added_partitions_continues_the_pattern():
+    from replication.elections import assign_replicas_rack_aware
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    whole = assign_replicas_rack_aware(racks, 8, 2, seed=3)
+    tail = assign_replicas_rack_aware(racks, 4, 2, start_partition=4, seed=3)
+    assert tail == {p: whole[p] for p in (4, 5, 6, 7)}

@@ -96,10 +96,17 @@ async def test_produce_before_v10_names_no_leader(ctx):
     assert not getattr(resp, "node_endpoints", None)
 
 
+def behind_the_follower(req):
+    """Partition 0 asked with epoch 6: the follower here knows 7 (a consumer
+    may read a follower from Fetch v11, KIP-392, but not on a stale epoch)."""
+    req.topics[0].partitions[0].current_leader_epoch = MOVED.leader_epoch - 1
+    return req
+
+
 async def test_fetch_v16_plus_names_the_leader(ctx):
-    resp = await call(ctx, FetchRequest, 16, fetch(ctx, 16))
+    resp = await call(ctx, FetchRequest, 16, behind_the_follower(fetch(ctx, 16)))
     moved, led = resp.responses[0].partitions
-    assert moved.error_code == E.NOT_LEADER_OR_FOLLOWER
+    assert moved.error_code == E.FENCED_LEADER_EPOCH
     assert (moved.current_leader.leader_id, moved.current_leader.leader_epoch) == (2, 7)
     assert led.error_code == E.NONE and led.current_leader is None
     assert endpoints(resp) == [(2, "127.0.0.2", 9093, "r2")]
@@ -121,8 +128,17 @@ async def test_fetch_fenced_epoch_names_the_leader(ctx):
 
 
 async def test_fetch_before_v16_names_no_leader(ctx):
-    resp = await call(ctx, FetchRequest, 15, fetch(ctx, 15))
+    resp = await call(ctx, FetchRequest, 15, behind_the_follower(fetch(ctx, 15)))
     moved = resp.responses[0].partitions[0]
-    assert moved.error_code == E.NOT_LEADER_OR_FOLLOWER
+    assert moved.error_code == E.FENCED_LEADER_EPOCH
     assert moved.current_leader is None
     assert not getattr(resp, "node_endpoints", None)
+
+
+async def test_a_follower_serves_consumers_from_fetch_v11_only(ctx):
+    """KIP-392: a Fetch carrying client metadata (v11+) may read a follower;
+    an older one is sent to the leader."""
+    old = (await call(ctx, FetchRequest, 10, fetch(ctx, 10))).responses[0].partitions[0]
+    assert old.error_code == E.NOT_LEADER_OR_FOLLOWER
+    new = (await call(ctx, FetchRequest, 11, fetch(ctx, 11))).responses[0].partitions[0]
+    assert new.error_code == E.NONE and new.preferred_read_replica == -1
