@@ -49,8 +49,8 @@ class ListenError(Exception):
 
 def _metrics(replicas: ReplicaManager) -> BrokerMetrics:
     metrics = BrokerMetrics()
-    metrics.add_log_sizes(lambda: [(t, p, part.log.size)
-                                   for (t, p), part in list(replicas.partitions.items())])
+    metrics.add_log_sizes(lambda: [(part.topic, part.index, part.log.size)
+                                   for part in replicas.hosted()])
     metrics.registry.register(replicas.logs.cleaner)
     return metrics
 

@@ -143,7 +143,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
             logging.getLevelName(str(config["tierd.log.level"]).upper()))
     manager = RemoteLogManager(config, services)
     services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
-    replicas.remote = manager
+    replicas.set_remote(manager)
 
     if isinstance(admin, LocalTopicAdmin):
         manager.on_partition_removed = admin.remote_delete_done

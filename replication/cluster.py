@@ -144,8 +144,8 @@ class ClusterNode:
                     self.metadata.put_topic(TopicInfo(info.name, info.topic_id, info.partitions,
                                                       dict(configs), internal=info.internal))
                 cfg = TopicConfigs(self.config, configs).log_config()
-                for tp in [tp for tp in self.replicas.partitions if tp[0] == topic]:
-                    self.replicas.update_log_config(tp, cfg)
+                for part in [p for p in self.replicas.hosted() if p.topic == topic]:
+                    self.replicas.update_log_config(part.tp, cfg)
                 log.info("topic config changed", topic=topic, configs=configs)
 
     # -- controller requests ----------------------------------------------------------
@@ -172,7 +172,7 @@ class ClusterNode:
 
     async def _apply(self, u: PartitionUpdate, tp: TopicPartition) -> ErrorCode:
         state = u.state
-        part = self.replicas.partitions.get(tp)
+        part = self.replicas.get(tp)
         if part is not None and state.leader_epoch < part.leader_epoch:
             return ErrorCode.STALE_CONTROLLER_EPOCH
         if self.node_id not in state.replicas:
@@ -256,7 +256,7 @@ class ClusterNode:
         for tp, delete in partitions:
             await pacer.tick()
             self.fetchers.unfollow(tp)
-            p = self.replicas.partitions.get(tp)
+            p = self.replicas.get(tp)
             was_leader = p is not None and p.is_leader(self.node_id)
             tiered = p is not None and p.log.config.remote_storage_enable
             await self.replicas.stop_replica(tp, delete)

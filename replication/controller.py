@@ -323,13 +323,59 @@ class Controller:
                      leader_epoch=new.leader_epoch, isr=list(new.isr))
         return True
 
+    # -- what the reassignments and the gauges ask of the acting controller ---------
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch of this broker's current (or last) term."""
+        return self.ctx.epoch
+
+    def assignment(self, tp: TopicPartition) -> list[int] | None:
+        """``tp``'s assigned replicas, preferred first (None: no such partition)."""
+        replicas = self.ctx.assignments.get(tp)
+        return None if replicas is None else list(replicas)
+
+    def partition_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
+        """``tp``'s leader, ISR and version as last written (None: none yet)."""
+        return self.ctx.states.get(tp)
+
+    def is_registered(self, broker: int) -> bool:
+        """Whether ``broker`` is registered (shutting down or not)."""
+        return broker in self.ctx.brokers
+
+    def is_live(self, broker: int) -> bool:
+        """Whether ``broker`` is registered and not shutting down (it may lead)."""
+        return broker in self.ctx.live
+
+    def offline_partition_count(self) -> int:
+        """Kafka's OfflinePartitionsCount (see ``ControllerContext``)."""
+        return self.ctx.offline_partition_count()
+
     async def write_state(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
         """Compare-and-set a partition's state (for ``reassignment``)."""
         return await self._write(tp, new)
 
+    async def write_assignment(self, tp: TopicPartition, replicas: list[int]) -> None:
+        """Write ``tp``'s replica list into its topic's assignment (for
+        ``reassignment``); nothing if the topic has no assignment (deleted)."""
+        assignment = await self.zk.get_topic_assignment(tp[0])
+        if assignment is None:
+            return
+        partitions = dict(assignment.partitions)
+        partitions[tp[1]] = list(replicas)
+        await self.zk.set_topic_assignment(tp[0], assignment.topic_id, partitions)
+        self.ctx.assignments[tp] = list(replicas)
+
     def announce_partitions(self, changed: list[TopicPartition]) -> None:
         """LeaderAndIsr to the replicas of ``changed``, UpdateMetadata to all."""
         self._announce(changed)
+
+    def delete_replicas(self, tp: TopicPartition, brokers: list[int]) -> None:
+        """StopReplica with delete for ``tp`` to those of ``brokers`` registered
+        (their local copy only, for ``reassignment``)."""
+        for broker in brokers:
+            if broker in self.ctx.brokers:
+                self.channel.send_stop_replica(self.ctx, broker, [tp], delete=True)
 
     def _replica_partitions(self, broker: int) -> list[TopicPartition]:
         return [tp for tp, replicas in self.ctx.assignments.items() if broker in replicas]

@@ -114,12 +114,10 @@ async def fetch(replicas: ReplicaManager, params: FetchParams) -> list[FetchResu
     """Answer a fetch: one result per requested partition, in request order."""
     deadline = trio.current_time() + max(params.max_wait_ms, 0) / 1000
     keys = [(p.topic, p.partition) for p in params.partitions]
-    purgatory = (replicas.delayed_fetch_followers if params.is_follower
-                 else replicas.delayed_fetch_consumers)
     while True:
         # Watched before the read: other tasks run during it, and an event on
         # a partition already read must still wake the wait below.
-        with purgatory.watch(keys) as woken:
+        with replicas.watch_fetches(keys, params.is_follower) as woken:
             results, total, any_error, remote = await _read_local(replicas, params)
             if remote:
                 got, remote_error = await _read_remote(replicas, params, results, remote,
@@ -268,7 +266,7 @@ def _fill_offsets(replicas: ReplicaManager, params: FetchParams,
                   results: list[FetchResult]) -> None:
     """Every result's high watermark, LSO, log start and (read_committed) aborted list."""
     for p, result in zip(params.partitions, results, strict=True):
-        part = replicas.partitions.get((p.topic, p.partition))
+        part = replicas.get((p.topic, p.partition))
         if part is None:
             continue
         result.high_watermark = part.high_watermark

@@ -242,7 +242,7 @@ class ReplicaFetcher:
                                                 first_request=self._requests + 1)
         self._waiting.discard(tp)
         self._changed.add(tp)
-        part = self.replicas.partitions.get(tp)
+        part = self.replicas.get(tp)
         if part is not None:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
         # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
@@ -329,7 +329,7 @@ class ReplicaFetcher:
             await self._wake.wait()
 
     def _position(self, fp: FollowerPartition) -> Position | None:
-        part = self.replicas.partitions.get(fp.tp)
+        part = self.replicas.get(fp.tp)
         if part is None:
             return None
         lg = part.log
@@ -409,7 +409,7 @@ class ReplicaFetcher:
         if p.records:
             self.replicas.append_as_follower(fp.tp, bytearray(p.records))
             self.stats.bytes_in.inc(len(p.records))
-        part = self.replicas.partitions.get(fp.tp)
+        part = self.replicas.get(fp.tp)
         if part is not None:
             part.leader_high_watermark = p.high_watermark
             if p.log_start_offset > part.log.log_start_offset:
@@ -480,7 +480,7 @@ class ReplicaFetcher:
             return
         finally:
             await leader.close()
-        part = self.replicas.partitions.get(fp.tp)
+        part = self.replicas.get(fp.tp)
         if self.partitions.get(fp.tp) is not fp or part is None \
                 or part.leader_epoch != fp.leader_epoch:
             return  # reassigned meanwhile: the new assignment starts over

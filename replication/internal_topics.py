@@ -99,12 +99,11 @@ class InternalTopic:
         return info.partitions
 
     def is_leader(self, partition: int) -> bool:
-        part = self.replicas.partitions.get((self.name, partition))
-        return part is not None and part.is_leader(self.replicas.node_id)
+        return self.replicas.leads((self.name, partition))
 
     def has_producers(self, partition: int) -> bool:
         """Whether any producer (transactional writes) has state in ``partition``."""
-        part = self.replicas.partitions.get((self.name, partition))
+        part = self.replicas.get((self.name, partition))
         return part is not None and bool(part.log.producers.producers)
 
     def leader_epoch(self, partition: int) -> int:

@@ -70,15 +70,15 @@ class IsrManager:
 
     async def check_all(self) -> None:
         pacer = Pacer()
-        for tp in list(self.replicas.partitions):
-            self._check(tp)
+        for part in self.replicas.hosted():
+            self._check(part.tp)
             await pacer.tick()
 
     def maybe_expand(self, tp: TopicPartition) -> None:
         self._check(tp)
 
     def _check(self, tp: TopicPartition) -> None:
-        part = self.replicas.partitions.get(tp)
+        part = self.replicas.get(tp)
         if part is None or not part.is_leader(self.node_id) or tp in self._inflight:
             return
         now = trio.current_time()
@@ -149,7 +149,7 @@ class IsrManager:
         return True
 
     def _apply(self, change: IsrChange, error: str, state: LeaderAndIsr | None) -> None:
-        part = self.replicas.partitions.get(change.tp)
+        part = self.replicas.get(change.tp)
         if part is None or part.leader_epoch != change.leader_epoch:
             return
         if state is not None and state.leader_epoch == change.leader_epoch:

@@ -143,7 +143,7 @@ class ControllerGauges:
     def of(cls, controller: Controller) -> ControllerGauges:
         if not controller.active:
             return cls()
-        return cls(1, controller.ctx.offline_partition_count())
+        return cls(1, controller.offline_partition_count())
 
 
 _REPLICA_GAUGES = {
@@ -228,7 +228,7 @@ class ReplicationCollector(Collector):
                      else FollowerGauges.of(self.follower_states()))
         cache = self.replicas.fetch_sessions
         self.latest = ReplicationSnapshot(
-            ReplicaGauges.of(self.replicas.partitions.values(), self.replicas.node_id),
+            ReplicaGauges.of(self.replicas.hosted(), self.replicas.node_id),
             FetchSessionGauges(cache.size, cache.partitions_cached, cache.evictions,
                                cache.incremental_requests),
             controller, followers)

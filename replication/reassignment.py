@@ -73,35 +73,37 @@ class Reassigner:
     async def alter(self, tp: TopicPartition, target: list[int] | None
                     ) -> tuple[ErrorCode, str | None]:
         """Start (``target``) or cancel (None) the reassignment of ``tp``."""
-        ctx = self.controller.ctx
-        if tp not in ctx.assignments or tp not in ctx.states:
+        ctrl = self.controller
+        current = ctrl.assignment(tp)
+        if current is None or ctrl.partition_state(tp) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} does not exist"
         if target is None:
-            return await self._cancel(tp)
+            return await self._cancel(tp, current)
         if not target or len(set(target)) != len(target):
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replicas must be distinct, not empty"
-        unknown = [r for r in target if r not in ctx.brokers]
+        unknown = [r for r in target if not ctrl.is_registered(r)]
         if unknown:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown or offline brokers {unknown}"
         ongoing = self.reassigning.get(tp)
-        original = ongoing.original if ongoing else tuple(ctx.assignments[tp])
+        original = ongoing.original if ongoing else tuple(current)
         move = Reassignment(original, tuple(target))
         if list(move.target) == list(original) and ongoing is None:
             return ErrorCode.NONE, None
         self.reassigning[tp] = move
-        await self._set_replicas(tp, move.replicas)
+        await ctrl.write_assignment(tp, move.replicas)
         log.info("reassignment started", topic=tp[0], partition=tp[1],
                  original=list(original), target=target, adding=move.adding,
                  removing=move.removing)
-        self.controller.announce_partitions([tp])
+        ctrl.announce_partitions([tp])
         await self.maybe_complete(tp)
         return ErrorCode.NONE, None
 
-    async def _cancel(self, tp: TopicPartition) -> tuple[ErrorCode, str | None]:
+    async def _cancel(self, tp: TopicPartition, current: list[int]
+                      ) -> tuple[ErrorCode, str | None]:
         move = self.reassigning.pop(tp, None)
         if move is None:
             return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
-        back = Reassignment(tuple(self.controller.ctx.assignments[tp]), move.original)
+        back = Reassignment(tuple(current), move.original)
         log.info("reassignment cancelled", topic=tp[0], partition=tp[1],
                  replicas=list(move.original))
         await self._finish(tp, back)
@@ -110,7 +112,7 @@ class Reassigner:
     async def maybe_complete(self, tp: TopicPartition) -> None:
         """Complete ``tp``'s reassignment once its ISR holds the whole target."""
         move = self.reassigning.get(tp)
-        state = self.controller.ctx.states.get(tp)
+        state = self.controller.partition_state(tp)
         if move is None or state is None or not set(move.target) <= set(state.isr):
             return
         if await self._finish(tp, move):
@@ -122,42 +124,29 @@ class Reassigner:
         """Narrow ``tp`` to ``move.target``: leader from it, ISR within it,
         StopReplica (delete) to the replicas it drops."""
         ctrl = self.controller
-        ctx = ctrl.ctx
-        state = ctx.states[tp]
+        state = ctrl.partition_state(tp)
+        assert state is not None  # the callers saw it, under the controller's lock
         isr = [r for r in state.isr if r in move.target]
         leader = state.leader
-        if leader not in move.target or leader not in ctx.live:
-            live = [r for r in move.target if r in isr and r in ctx.live]
+        if leader not in move.target or not ctrl.is_live(leader):
+            live = [r for r in move.target if r in isr and ctrl.is_live(r)]
             if not live:
                 return False  # wait: no replica of the target can lead yet
             leader = live[0]
         new = LeaderAndIsr(leader, state.leader_epoch + 1, tuple(isr) or (leader,),
-                           ctx.epoch, state.version)
+                           ctrl.epoch, state.version)
         if not await ctrl.write_state(tp, new):
             return False
-        dropped = [r for r in ctx.assignments[tp] if r not in move.target]
-        await self._set_replicas(tp, list(move.target))
+        dropped = [r for r in ctrl.assignment(tp) or [] if r not in move.target]
+        await ctrl.write_assignment(tp, list(move.target))
         ctrl.announce_partitions([tp])
-        for broker in dropped:
-            if broker in ctx.brokers:
-                ctrl.channel.send_stop_replica(ctx, broker, [tp], delete=True)
+        ctrl.delete_replicas(tp, dropped)
         return True
-
-    async def _set_replicas(self, tp: TopicPartition, replicas: list[int]) -> None:
-        """Write ``tp``'s replica list into its topic's assignment."""
-        ctrl = self.controller
-        assignment = await ctrl.zk.get_topic_assignment(tp[0])
-        if assignment is None:
-            return
-        partitions = dict(assignment.partitions)
-        partitions[tp[1]] = list(replicas)
-        await ctrl.zk.set_topic_assignment(tp[0], assignment.topic_id, partitions)
-        ctrl.ctx.assignments[tp] = list(replicas)
 
     def ongoing(self, wanted: set[TopicPartition] | None
                 ) -> list[tuple[TopicPartition, Reassignment, list[int]]]:
         """Reassignments in progress (of ``wanted``, or all): (tp, move, replicas now)."""
-        ctx = self.controller.ctx
-        return [(tp, move, list(ctx.assignments.get(tp, [])))
+        ctrl = self.controller
+        return [(tp, move, ctrl.assignment(tp) or [])
                 for tp, move in sorted(self.reassigning.items())
                 if wanted is None or tp in wanted]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import structlog
@@ -72,10 +73,10 @@ class ReplicaManager:
         self.config = config
         self.logs = logs
         self.node_id: int = config["node.id"]
-        self.partitions: dict[TopicPartition, Partition] = {}
-        self.delayed_fetch_consumers = Purgatory()
-        self.delayed_fetch_followers = Purgatory()
-        self.delayed_produce = Purgatory()
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._delayed_fetch_consumers = Purgatory()
+        self._delayed_fetch_followers = Purgatory()
+        self._delayed_produce = Purgatory()
         # Fetch sessions (KIP-227): told about the same events as the
         # delayed fetches (``_changed``).
         self.fetch_sessions = FetchSessionCache(
@@ -87,8 +88,8 @@ class ReplicaManager:
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
-        # The RemoteLogManager when tiered storage is on (set by the tiering wiring).
-        self.remote: RemoteLogManager | None = None
+        # The RemoteLogManager when tiered storage is on (``set_remote``).
+        self._remote: RemoteLogManager | None = None
         # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
         self.stats = ReplicaStats()
         # Told about partitions whose ISR may change (set by cluster mode).
@@ -97,7 +98,7 @@ class ReplicaManager:
         # broker's rack comes from the cluster's metadata (set by cluster mode).
         self.rack_aware_reads = config["replica.selector.class"] == RACK_AWARE_SELECTOR
         self.rack_of: Callable[[int], str | None] = lambda broker: None
-        logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self.partitions.items()}
+        logs.high_watermarks = lambda: {tp: p.high_watermark for tp, p in self._partitions.items()}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -124,14 +125,14 @@ class ReplicaManager:
         """
         part = self._take_state(tp, topic_id, config, state, state.leader)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
-        if self.remote is not None:
+        if self._remote is not None:
             if part.log.config.remote_storage_enable:
-                self.remote.follow_partition(self._tip(part), part.log)
+                self._remote.follow_partition(self._tip(part), part.log)
             else:
-                self.remote.stop_partition(tp)
-        self.delayed_produce.notify(tp)
-        self.delayed_fetch_consumers.notify(tp)
-        self.delayed_fetch_followers.notify(tp)
+                self._remote.stop_partition(tp)
+        self._delayed_produce.notify(tp)
+        self._delayed_fetch_consumers.notify(tp)
+        self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
         return part
 
@@ -139,13 +140,13 @@ class ReplicaManager:
                     state: PartitionState, leader: int) -> Partition:
         """The partition (created with its log and checkpointed high watermark if
         new), given ``state``'s leader, epochs and replica sets."""
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             lg = self.logs.create(tp, topic_id, config)  # type: ignore[arg-type]
             part = Partition(tp[0], tp[1], topic_id, lg, leader)  # type: ignore[arg-type]
             part.high_watermark = min(self.logs.checkpointed_high_watermarks.get(tp, 0),
                                       lg.end_offset)
-            self.partitions[tp] = part
+            self._partitions[tp] = part
             # A moved log start is news for the fetch sessions holding it.
             lg.start_listener = functools.partial(self.fetch_sessions.notify, tp)
         part.leader_id = leader
@@ -188,42 +189,42 @@ class ReplicaManager:
 
     def set_follower_high_watermark(self, tp: TopicPartition, leader_hw: int) -> None:
         """Follower: the leader's high watermark, capped at what we have."""
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             return
         hw = min(leader_hw, part.log.end_offset)
         if hw > part.high_watermark:
             part.high_watermark = hw
-            self.delayed_fetch_consumers.notify(tp)
+            self._delayed_fetch_consumers.notify(tp)
             self.fetch_sessions.notify(tp)
 
     async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
-        part = self.partitions.pop(tp, None)
-        if self.remote is not None:
-            self.remote.stop_partition(tp)
-        self.delayed_fetch_consumers.notify(tp)
-        self.delayed_fetch_followers.notify(tp)
-        self.delayed_produce.notify(tp)
+        part = self._partitions.pop(tp, None)
+        if self._remote is not None:
+            self._remote.stop_partition(tp)
+        self._delayed_fetch_consumers.notify(tp)
+        self._delayed_fetch_followers.notify(tp)
+        self._delayed_produce.notify(tp)
         self.fetch_sessions.notify(tp)
         if part is not None and delete:
             await self.logs.delete(tp)
 
     def update_log_config(self, tp: TopicPartition, config: LogConfig) -> None:
         """Apply a topic's new configs to one partition's log (and its tiering)."""
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             return
         was_tiered = part.log.config.remote_storage_enable
         part.log.config = config
-        if self.remote is None:
+        if self._remote is None:
             return
         if config.remote_storage_enable:
             self._start_tiering(part)
-            self.remote.wake()
+            self._remote.wake()
         elif was_tiered:
             # KIP-950: turning tiering off requires remote.log.delete.on.disable.
-            self.remote.disable_partition(self._tip(part), part.log)
+            self._remote.disable_partition(self._tip(part), part.log)
 
     def _tip(self, part: Partition) -> TopicIdPartition:
         return TopicIdPartition(part.topic_id, part.topic, part.index)
@@ -231,24 +232,34 @@ class ReplicaManager:
     def _start_tiering(self, part: Partition) -> None:
         """Hand a partition with tiering on to the RemoteLogManager: a leader
         copies and expires, a follower only follows the tier boundary."""
-        if self.remote is None or not part.log.config.remote_storage_enable:
+        if self._remote is None or not part.log.config.remote_storage_enable:
             return
         if part.is_leader(self.node_id):
-            self.remote.start_partition(self._tip(part), part.log,
+            self._remote.start_partition(self._tip(part), part.log,
                                         lambda: part.last_stable_offset)
         else:
-            self.remote.follow_partition(self._tip(part), part.log)
+            self._remote.follow_partition(self._tip(part), part.log)
 
     def start_tiering_all(self) -> None:
         """After the remote metadata is loaded: start every tiered partition, and
         resume the remote deletion of leaders whose tiering was turned off with
         remote.log.delete.on.disable (KIP-950; a restart may have cut it short)."""
-        for part in self.partitions.values():
+        for part in self._partitions.values():
             self._start_tiering(part)
             cfg = part.log.config
-            if (self.remote is not None and not cfg.remote_storage_enable
+            if (self._remote is not None and not cfg.remote_storage_enable
                     and cfg.remote_delete_on_disable and part.is_leader(self.node_id)):
-                self.remote.resume_disabled_partition(self._tip(part), part.log)
+                self._remote.resume_disabled_partition(self._tip(part), part.log)
+
+    @property
+    def remote(self) -> RemoteLogManager | None:
+        """The RemoteLogManager, or None while tiered storage is off."""
+        return self._remote
+
+    def set_remote(self, manager: RemoteLogManager) -> None:
+        """Tiered storage is on: ``manager`` tiers this broker's partitions (set
+        once by the tiering wiring, before ``start_tiering_all``)."""
+        self._remote = manager
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -258,16 +269,31 @@ class ReplicaManager:
             await trio.sleep_forever()
 
     async def shutdown(self) -> None:
-        self.delayed_fetch_consumers.notify_all()
-        self.delayed_fetch_followers.notify_all()
-        self.delayed_produce.notify_all()
+        self._delayed_fetch_consumers.notify_all()
+        self._delayed_fetch_followers.notify_all()
+        self._delayed_produce.notify_all()
         await self.logs.shutdown()
 
     # -- lookups ----------------------------------------------------------------
 
+    def get(self, tp: TopicPartition) -> Partition | None:
+        """The partition if this broker hosts it (as leader or follower)."""
+        return self._partitions.get(tp)
+
+    def hosted(self) -> list[Partition]:
+        """Every partition this broker hosts, in the order it took them: a copy,
+        so the caller may let other tasks run (and partitions come and go)
+        while it walks the list."""
+        return list(self._partitions.values())
+
+    def leads(self, tp: TopicPartition) -> bool:
+        """Whether this broker hosts ``tp`` and is its leader."""
+        part = self._partitions.get(tp)
+        return part is not None and part.is_leader(self.node_id)
+
     def partition(self, tp: TopicPartition) -> Partition:
         """The partition, or KafkaApiError(UNKNOWN_TOPIC_OR_PARTITION)."""
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]}")
         return part
@@ -303,11 +329,11 @@ class ReplicaManager:
         return preferred_read_replica(part, self.node_id, client_rack, offset, self.rack_of)
 
     def leader_epoch(self, tp: TopicPartition) -> int:
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         return part.leader_epoch if part is not None else 0
 
     def high_watermark(self, tp: TopicPartition) -> int:
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         return part.high_watermark if part is not None else 0
 
     @staticmethod
@@ -347,7 +373,7 @@ class ReplicaManager:
                                 f"min.insync.replicas is {min_isr}")
         self._hold_caught_up(part)
         result = part.log.append_as_leader(data, part.leader_epoch, origin)
-        self.delayed_fetch_followers.notify(tp)
+        self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
@@ -390,12 +416,12 @@ class ReplicaManager:
                     status[tp] = self._replication_status(tp, offset)
             return all(code is not None for code in status.values())
 
-        await self.delayed_produce.wait_until(required, deadline, done)
+        await self._delayed_produce.wait_until(required, deadline, done)
         return {tp: ErrorCode.REQUEST_TIMED_OUT if code is None else code
                 for tp, code in status.items()}
 
     def _replication_status(self, tp: TopicPartition, offset: int) -> ErrorCode | None:
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None or not part.is_leader(self.node_id):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if part.high_watermark < offset:
@@ -411,7 +437,7 @@ class ReplicaManager:
         how long ago that was); one outside the ISR that reached the high
         watermark is reported to ``isr_listener`` for expansion.
         """
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None or not part.is_leader(self.node_id):
             return
         part.follower_end_offsets[replica] = end_offset
@@ -431,7 +457,7 @@ class ReplicaManager:
         old end offset must not readmit it, e.g. once it restarts with a wiped
         disk and has not fetched yet.
         """
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             return
         for gone in set(part.isr) - set(isr):
@@ -441,11 +467,11 @@ class ReplicaManager:
         if part.maybe_advance_high_watermark(self.node_id):
             self._on_high_watermark(tp)
         else:
-            self.delayed_produce.notify(tp)  # a shrink may fail waiting acks=all produces
+            self._delayed_produce.notify(tp)  # a shrink may fail waiting acks=all produces
 
     def _on_high_watermark(self, tp: TopicPartition) -> None:
-        self.delayed_fetch_consumers.notify(tp)
-        self.delayed_produce.notify(tp)
+        self._delayed_fetch_consumers.notify(tp)
+        self._delayed_produce.notify(tp)
         self.fetch_sessions.notify(tp)
 
     def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
@@ -476,6 +502,14 @@ class ReplicaManager:
         if params.is_follower:
             self.follower_fetched_at[params.replica_id] = trio.current_time()
         return await fetch_path.fetch_incremental(self, params, session, requested)
+
+    def watch_fetches(self, tps: list[TopicPartition], follower: bool
+                      ) -> AbstractContextManager[trio.Event]:
+        """For a fetch that may wait (see ``Purgatory.watch``): an event set by
+        the next news on one of ``tps`` for a follower (the log end moved) or
+        a consumer (the high watermark moved), or when the partition moves or goes."""
+        purgatory = self._delayed_fetch_followers if follower else self._delayed_fetch_consumers
+        return purgatory.watch(tps)
 
     def _hold_caught_up(self, part: Partition) -> None:
         """Before the log end moves: followers at the log end now (see
@@ -536,7 +570,7 @@ class ReplicaManager:
         Yields (header, buffer); the header's ``position`` is within the buffer.
         Stops (with a warning) if the log cannot be read further.
         """
-        part = self.partitions.get(tp)
+        part = self._partitions.get(tp)
         if part is None:
             return
         lg = part.log
@@ -561,7 +595,7 @@ class ReplicaManager:
         """
         part = self.leader_partition(tp)
         self.check_leader_epoch(part, current_leader_epoch)
-        return await list_offsets.lookup(part, self.remote, timestamp, version, committed)
+        return await list_offsets.lookup(part, self._remote, timestamp, version, committed)
 
     def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
                              leader_epoch: int) -> tuple[int, int]:
@@ -591,7 +625,7 @@ class ReplicaManager:
         replicas show a lag, which tierd does not have.)
         """
         out = []
-        for (t, p), part in sorted(self.partitions.items()):
+        for (t, p), part in sorted(self._partitions.items()):
             lag = 0 if part.is_leader(self.node_id) else max(
                 part.leader_high_watermark - part.log.end_offset, 0)
             out.append(LogDirPartition(t, p, part.log.size, lag))

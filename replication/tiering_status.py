@@ -58,11 +58,10 @@ def describe(replicas: ReplicaManager, wanted: set[TopicPartition] | None,
              ) -> list[PartitionTiering]:
     """Every hosted partition in ``wanted`` (None = all), sorted by topic, partition."""
     out = []
-    for tp in sorted(replicas.partitions):
-        if wanted is not None and tp not in wanted:
+    for part in sorted(replicas.hosted(), key=lambda p: p.tp):
+        if wanted is not None and part.tp not in wanted:
             continue
-        part = replicas.partitions[tp]
-        info = follower_info(tp) if follower_info is not None else None
+        info = follower_info(part.tp) if follower_info is not None else None
         out.append(_one(replicas, part, info))
     return out
 

@@ -442,7 +442,7 @@ def exported_metrics() -> list[MetricRow]:
     def replicas() -> Any:
         from replication.fetch_session import FetchSessionCache
 
-        return SimpleNamespace(stats=ReplicaStats(), partitions={}, node_id=0,
+        return SimpleNamespace(stats=ReplicaStats(), hosted=lambda: [], node_id=0,
                                fetch_sessions=FetchSessionCache(0))
 
     broker = BrokerMetrics()
@@ -469,7 +469,7 @@ def exported_metrics() -> list[MetricRow]:
 
     cluster_registry = CollectorRegistry()
     controller = SimpleNamespace(active=True, stats=ControllerStats(),
-                                 ctx=SimpleNamespace(offline_partition_count=lambda: 0))
+                                 offline_partition_count=lambda: 0)
     follower = ReplicationCollector(
         replicas(), controller,
         lambda: [(("topic", 0), FollowerState.BUILDING_REMOTE_AUX_STATE)])

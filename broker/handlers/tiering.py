@@ -24,7 +24,7 @@ async def handle_describe_tiering(ctx: BrokerContext, header: RequestHeader, req
     if req.topics is not None:
         wanted = set()
         for t in req.topics:
-            hosted = [p for (name, p) in ctx.replicas.partitions if name == t.name]
+            hosted = [p.index for p in ctx.replicas.hosted() if p.topic == t.name]
             indexes = list(t.partition_indexes) or hosted
             named_topics.add(t.name)
             wanted.update((t.name, p) for p in indexes)

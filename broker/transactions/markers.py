@@ -105,8 +105,7 @@ class MarkerWriter:
         by_leader: dict[int, list[TopicPartition]] = {}
         results: dict[TopicPartition, ErrorCode] = {}
         for tp in sorted(txn.partitions):
-            part = self.replicas.partitions.get(tp)
-            if part is not None and part.is_leader(self.node_id):
+            if self.replicas.leads(tp):
                 by_leader.setdefault(self.node_id, []).append(tp)
             elif not self.metadata.has_partition(tp) and self.metadata.topic(tp[0]) is None:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

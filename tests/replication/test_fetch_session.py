@@ -135,7 +135,7 @@ async def test_a_moved_log_start_is_answered(replicas, autojump_clock):
     # The follower's fetch moved the high watermark: one more answer, then quiet.
     await replicas.fetch_incremental(params(), session, [])
     assert await replicas.fetch_incremental(params(), session, []) == []
-    replicas.partitions[TPS[1]].log.advance_log_start_offset(1)
+    replicas.partition(TPS[1]).log.advance_log_start_offset(1)
     [(p, r)] = await replicas.fetch_incremental(params(), session, [])
     assert ((p.topic, p.partition), r.log_start_offset) == (TPS[1], 1)
 
@@ -145,7 +145,7 @@ async def test_idle_partitions_are_not_read(replicas, autojump_clock, monkeypatc
     await replicas.fetch_incremental(params(), session, list(TPS))
     reads: list[int] = []
     for tp in TPS:
-        lg = replicas.partitions[tp].log
+        lg = replicas.partition(tp).log
         original = lg.read_for_send
         monkeypatch.setattr(lg, "read_for_send",
                             lambda *a, _i=tp[1], _o=original, **k: (reads.append(_i), _o(*a, **k))[1])
@@ -175,7 +175,7 @@ async def test_a_waiting_incremental_fetch_wakes_on_append(replicas, autojump_cl
 async def test_a_follower_naming_no_partition_stays_caught_up(replicas, autojump_clock):
     session = follower_session(replicas)
     await replicas.fetch_incremental(params(), session, list(TPS))
-    part = replicas.partitions[TPS[0]]
+    part = replicas.partition(TPS[0])
     for _ in range(30):  # 30 s of fetches that name nothing: every partition idle
         await replicas.fetch_incremental(params(wait_ms=1000), session, [])
     now = trio.current_time()

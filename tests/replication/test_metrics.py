@@ -71,14 +71,14 @@ def test_replica_gauges_count_led_partitions_by_isr_size(replicas):
     host(replicas, ("at-min", 0), 1, [1, 2])
     host(replicas, ("under-min", 0), 1, [1])
     host(replicas, ("followed", 0), 2, [2])  # a follower's ISR is not its to report
-    gauges = ReplicaGauges.of(replicas.partitions.values(), 1)
+    gauges = ReplicaGauges.of(replicas.hosted(), 1)
     assert gauges == ReplicaGauges(partition_count=4, leader_count=3, under_replicated=2,
                                    under_min_isr=1, at_min_isr=1)
 
 
 def test_a_single_replica_partition_is_never_under_replicated(replicas):
     host(replicas, ("rf1", 0), 1, [1], replicas=(1,), min_isr=1)
-    gauges = ReplicaGauges.of(replicas.partitions.values(), 1)
+    gauges = ReplicaGauges.of(replicas.hosted(), 1)
     assert (gauges.under_replicated, gauges.under_min_isr, gauges.at_min_isr) == (0, 0, 1)
 
 

@@ -101,7 +101,7 @@ async def test_isr_shrinking_below_min_after_append(replicas, autojump_clock):
 
 async def test_append_to_a_follower_is_not_leader(replicas):
     lead(replicas, [1])
-    replicas.partitions[TP].leader_id = 2
+    replicas.partition(TP).leader_id = 2
     with pytest.raises(KafkaApiError) as info:
         replicas.append_local(TP, batch([b"a"]))
     assert info.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -140,8 +140,22 @@ async def test_stop_replica_deletes_the_log(replicas, tmp_path):
     await replicas.append(TP, batch([b"a"]), acks=1)
     directory = part.log.directory
     await replicas.stop_replica(TP, delete=True)
-    assert TP not in replicas.partitions
+    assert replicas.get(TP) is None
     assert not (tmp_path / "t-0").exists() and directory.endswith("t-0")
+
+
+async def test_lookups_follow_leadership_and_stop_replica(replicas):
+    led = lead(replicas, [1])
+    cfg = TopicConfigs(replicas.config, {}).log_config()
+    followed = replicas.become_follower(("f", 0), uuid.uuid4(), cfg,
+                                        PartitionState(2, 0, [1, 2], [1, 2]))
+    assert replicas.hosted() == [led, followed]
+    assert (replicas.get(TP), replicas.get(("f", 0)), replicas.get(("x", 0))) == (
+        led, followed, None)
+    assert (replicas.leads(TP), replicas.leads(("f", 0)), replicas.leads(("x", 0))) == (
+        True, False, False)
+    await replicas.stop_replica(TP, delete=False)
+    assert (replicas.hosted(), replicas.leads(TP)) == ([followed], False)
 
 
 async def test_high_watermark_survives_a_restart_in_the_checkpoint(replicas, autojump_clock):

@@ -71,10 +71,10 @@ class Broker:
         await self.start()
 
     def lso(self, tp) -> int:
-        return self.replicas.partitions[tp].last_stable_offset
+        return self.replicas.partition(tp).last_stable_offset
 
     def hw(self, tp) -> int:
-        return self.replicas.partitions[tp].high_watermark
+        return self.replicas.partition(tp).high_watermark
 
     def produce(self, tp, pid: int, epoch: int, seq: int = 0, value: bytes = b"v") -> int:
         data = records.build_batch([(None, value)], timestamp=trio_wall_clock(), producer_id=pid,
@@ -145,7 +145,7 @@ async def test_a_new_instance_fences_and_aborts_the_old_ones_transaction(broker)
     assert second.error is E.CONCURRENT_TRANSACTIONS  # Kafka: the client retries
     assert broker.txns.txns["tx"].state is S.COMPLETE_ABORT
     assert broker.lso(T0) == broker.hw(T0)
-    assert broker.replicas.partitions[T0].log.collect_aborted(0, broker.hw(T0))
+    assert broker.replicas.partition(T0).log.collect_aborted(0, broker.hw(T0))
     retry = await broker.txns.init_producer_id("tx", TIMEOUT_MS, None)
     assert (retry.error, retry.producer_epoch) == (E.NONE, epoch + 2)
     assert await broker.txns.end_txn("tx", pid, epoch, True) is E.PRODUCER_FENCED
@@ -167,7 +167,7 @@ async def test_commit_writes_markers_and_releases_the_lso(broker):
     assert (txn.state, txn.partitions) == (S.COMPLETE_COMMIT, frozenset())
     for tp in (T0, T1):
         assert broker.lso(tp) == broker.hw(tp) == 2
-        assert broker.replicas.partitions[tp].log.collect_aborted(0, 2) == []
+        assert broker.replicas.partition(tp).log.collect_aborted(0, 2) == []
     assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE  # a retry
     assert await broker.txns.end_txn("tx", pid, epoch, False) is E.INVALID_TXN_STATE
 
@@ -176,7 +176,7 @@ async def test_abort_is_indexed(broker):
     pid, epoch = await begin(broker, tps=(T0,))
     broker.produce(T0, pid, epoch)
     assert await broker.txns.end_txn("tx", pid, epoch, False) is E.NONE
-    aborted = broker.replicas.partitions[T0].log.collect_aborted(0, broker.hw(T0))
+    aborted = broker.replicas.partition(T0).log.collect_aborted(0, broker.hw(T0))
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(pid, 0, 1)]
 
 
@@ -277,7 +277,7 @@ async def test_a_prepared_transaction_is_completed_on_load(broker):
     await broker.restart()
     assert broker.txns.txns["tx"].state is S.COMPLETE_ABORT
     assert broker.lso(T0) == broker.hw(T0)
-    assert broker.replicas.partitions[T0].log.collect_aborted(0, broker.hw(T0))
+    assert broker.replicas.partition(T0).log.collect_aborted(0, broker.hw(T0))
 
 
 async def test_state_records_are_kafka_formatted_in_the_ids_partition(broker):
