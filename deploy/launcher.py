@@ -1,14 +1,24 @@
-"""A three-broker tierd cluster as local processes: the compose file's
-topology for machines without Docker.
+"""A tierd cluster as local processes: the compose file's topology for
+machines without Docker, or several brokers per host.
 
     python -m deploy.launcher --dir DIR [--base-port 19092] [--zk-port P] [--s3-port P]
+                              [--hosts 3] [--brokers-per-host 1]
 
 Starts ZooKeeper (Debian's jars, as system_tests/zkserver.py runs them),
-moto's S3 server on 127.0.0.1 with a bucket ``tierd``, and brokers 1..3 on
-127.0.0.1:base..base+2 with the S3 store on moto (fake credentials),
-replication factor 3 everywhere, min.insync.replicas 2 and short tiering
-intervals (as deploy/test/docker-compose.test.yml). Once all three brokers
-are registered it writes DIR/state.json (read by
+moto's S3 server on 127.0.0.1 with a bucket ``tierd``, and brokers
+1..hosts*brokers-per-host on 127.0.0.1:base.. with the S3 store on moto (fake
+credentials), replication factor 3 everywhere, min.insync.replicas 2 and
+short tiering intervals (as deploy/test/docker-compose.test.yml).
+
+Several brokers per host: one tierd process runs its event loop on one
+core, so a host with more cores runs more brokers. Brokers 1..N are "host1",
+the next N "host2", and so on; each broker's ``broker.rack`` is its host, so
+rack-aware placement never puts two replicas of a partition on one host
+(losing a host loses at most one replica of each partition). The hosts are
+simulated here (all on this machine); on real machines give each broker
+its host name as ``broker.rack`` the same way.
+
+Once every broker is registered it writes DIR/state.json (read by
 ``deploy.scenarios.control.ProcessControl``; scenarios may restart brokers and
 update the pids in it), prints the bootstrap and how to run the scenarios, and
 stays in the foreground. SIGINT or SIGTERM stops everything: the brokers
@@ -37,18 +47,19 @@ REGION = "us-east-1"
 # Credentials moto accepts; nothing real.
 FAKE_AWS = {"AWS_ACCESS_KEY_ID": "tierd", "AWS_SECRET_ACCESS_KEY": "tierd-secret",
             "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
-BROKER_IDS = (1, 2, 3)
+DEFAULT_HOSTS = 3
 START_TIMEOUT_S = 90.0
 BROKER_GRACE_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
 
 def broker_config(node: int, port: int, zk_port: int, s3_url: str, data_dir: Path,
-                  metrics_port: int) -> dict[str, str]:
+                  metrics_port: int, rack: str) -> dict[str, str]:
     """server.properties of one broker: deploy/docker.properties, the compose
     file's environment and the test override's short intervals."""
     return {
         "broker.id": str(node),
+        "broker.rack": rack,
         "listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "log.dirs": str(data_dir),
         "tierd.metrics.port": str(metrics_port),
@@ -123,11 +134,15 @@ class Launcher:
     """Starts, records and stops the cluster's processes."""
 
     def __init__(self, workdir: Path, base_port: int, zk_port: int, s3_port: int,
-                 metrics_base_port: int) -> None:
+                 metrics_base_port: int, hosts: int = DEFAULT_HOSTS,
+                 per_host: int = 1) -> None:
         self.dir = workdir.resolve()
         self.logs = self.dir / "logs"
         self.state_path = self.dir / "state.json"
-        self.ports = {n: base_port + i for i, n in enumerate(BROKER_IDS)}
+        self.nodes = list(range(1, hosts * per_host + 1))
+        # Brokers 1..per_host on host1, and so on.
+        self.hosts = {n: f"host{(n - 1) // per_host + 1}" for n in self.nodes}
+        self.ports = {n: base_port + i for i, n in enumerate(self.nodes)}
         self.zk_port = zk_port or free_port()
         self.s3_port = s3_port or free_port()
         self.metrics_base_port = metrics_base_port
@@ -136,7 +151,7 @@ class Launcher:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.ports[n]}" for n in BROKER_IDS)
+        return ",".join(f"127.0.0.1:{self.ports[n]}" for n in self.nodes)
 
     def _spawn(self, name: str, command: list[str], env_add: dict[str, str]) -> dict[str, Any]:
         log = self.logs / f"{name}.log"
@@ -158,10 +173,10 @@ class Launcher:
         self.logs.mkdir(parents=True, exist_ok=True)
         self._start_zookeeper()
         self._start_s3()
-        for node in BROKER_IDS:
+        for node in self.nodes:
             self._start_broker(node)
         self._save()
-        wait_until("3 brokers registered", self._all_registered, alive=lambda: all(
+        wait_until(f"{len(self.nodes)} brokers registered", self._all_registered, alive=lambda: all(
             pid_alive(e["pid"]) for e in self.state["brokers"].values()))
         self.state["bootstrap"] = self.bootstrap
         self.state["ready"] = True
@@ -207,14 +222,15 @@ class Launcher:
         data.mkdir(parents=True, exist_ok=True)
         metrics = -1 if self.metrics_base_port < 0 else self.metrics_base_port + node - 1
         config = broker_config(node, self.ports[node], self.zk_port,
-                               self.state["s3"]["endpoint"], data, metrics)
+                               self.state["s3"]["endpoint"], data, metrics, self.hosts[node])
         properties = home / "server.properties"
         properties.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         env_add = {**FAKE_AWS, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
         entry = self._spawn(f"broker{node}", [sys.executable, "-m", "broker", "--config",
                                               str(properties)], env_add)
-        entry.update(address=f"127.0.0.1:{self.ports[node]}", data_dir=str(data))
+        entry.update(address=f"127.0.0.1:{self.ports[node]}", data_dir=str(data),
+                     host=self.hosts[node])
         self.state["brokers"][str(node)] = entry
         self._save()
 
@@ -224,7 +240,7 @@ class Launcher:
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap.split(","),
                                  request_timeout_ms=5000, bootstrap_timeout_ms=5000)
         try:
-            return len(admin.describe_cluster()["brokers"]) == len(BROKER_IDS)
+            return len(admin.describe_cluster()["brokers"]) == len(self.nodes)
         finally:
             admin.close()
 
@@ -287,11 +303,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, type=Path, help="working directory")
     parser.add_argument("--base-port", type=int, default=19092,
-                        help="port of broker 1; brokers 2, 3 use the next two (default 19092)")
+                        help="port of broker 1; the others use the next ones (default 19092)")
     parser.add_argument("--zk-port", type=int, default=0, help="ZooKeeper port (default: free)")
     parser.add_argument("--s3-port", type=int, default=0, help="S3 server port (default: free)")
     parser.add_argument("--metrics-base-port", type=int, default=-1,
-                        help="Prometheus port of broker 1, next two for 2, 3 (default -1: off)")
+                        help="Prometheus port of broker 1, the next ones for the others "
+                        "(default -1: off)")
+    parser.add_argument("--hosts", type=int, default=DEFAULT_HOSTS,
+                        help="simulated hosts, each its own broker.rack (default 3)")
+    parser.add_argument("--brokers-per-host", type=int, default=1,
+                        help="brokers per host, about one per core (default 1)")
     args = parser.parse_args(argv)
     stop_requested: list[int] = []
 
@@ -300,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     args.dir.mkdir(parents=True, exist_ok=True)
+    if args.hosts < 1 or args.brokers_per_host < 1:
+        parser.error("--hosts and --brokers-per-host must be at least 1")
     launcher = Launcher(args.dir, args.base_port, args.zk_port, args.s3_port,
-                        args.metrics_base_port)
+                        args.metrics_base_port, args.hosts, args.brokers_per_host)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     code = 0

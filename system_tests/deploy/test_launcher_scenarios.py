@@ -65,11 +65,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def free_base_port() -> int:
-    """A port p with p, p+1 and p+2 free on loopback a moment ago."""
-    return free_port_run(3)
-
-
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
@@ -87,12 +82,17 @@ def _kill_leftovers(state: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
-    workdir = tmp_path_factory.mktemp("launcher")
+    yield from launch(tmp_path_factory.mktemp("launcher"), [])
+
+
+def launch(workdir: Path, extra: list[str], brokers: int = 3) -> Iterator[Launched]:
+    """The launcher in ``workdir`` with ``extra`` arguments, until ready; stopped
+    (and whatever it left running killed) when the generator closes."""
     output = workdir / "launcher.out"
     with open(output, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "deploy.launcher", "--dir", str(workdir),
-             "--base-port", str(free_base_port())],
+             "--base-port", str(free_port_run(brokers)), *extra],
             cwd=ROOT, env=env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent)
     launched = Launched(process, workdir, output)
@@ -155,3 +155,39 @@ def test_launcher_stops_cleanly(launched: Launched) -> None:
     assert final.get("stopped") is True
     assert {k: e["pid"] for k, e in state["brokers"].items()} == {
         k: e["pid"] for k, e in final["brokers"].items()}
+
+
+def test_several_brokers_per_host_keep_replicas_on_different_hosts(
+        tmp_path: Path) -> None:
+    """--hosts 2 --brokers-per-host 2: four brokers, each with its host as
+    broker.rack; every partition of an RF 2 topic has one replica per host."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    runs = launch(tmp_path, ["--hosts", "2", "--brokers-per-host", "2"], brokers=4)
+    launched = next(runs)
+    try:
+        state = launched.state()
+        hosts = {int(k): e["host"] for k, e in state["brokers"].items()}
+        assert hosts == {1: "host1", 2: "host1", 3: "host2", 4: "host2"}
+        admin = KafkaAdminClient(bootstrap_servers=state["bootstrap"].split(","),
+                                 request_timeout_ms=20_000)
+        try:
+            assert {b["broker_id"]: b["rack"] for b in admin.describe_cluster()["brokers"]} \
+                == hosts
+            admin.create_topics([NewTopic("spread", 8, 2)])
+            deadline = time.monotonic() + 60
+            while True:
+                [topic] = admin.describe_topics(["spread"])
+                parts = topic["partitions"]
+                if len(parts) == 8 and all(p["leader_id"] > 0 for p in parts):
+                    break
+                assert time.monotonic() < deadline, topic
+                time.sleep(0.2)
+            for p in parts:
+                assert {hosts[b] for b in p["replica_nodes"]} == {"host1", "host2"}, p
+        finally:
+            admin.close()
+        launched.process.send_signal(signal.SIGTERM)
+        assert launched.process.wait(STOP_TIMEOUT_S) == 0, launched.output_tail()
+    finally:
+        runs.close()
