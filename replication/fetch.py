@@ -33,7 +33,7 @@ result); one partition's error never fails the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -320,8 +320,7 @@ async def fetch_incremental(replicas: ReplicaManager, params: FetchParams,
         wanted = [_cached_partition(tp, session.partitions[tp]) for tp in pending
                   if tp in session.partitions]
         pending.clear()
-        sub = FetchParams(wanted, 0, params.min_bytes, params.max_bytes, params.read_committed,
-                          params.replica_id, params.zero_copy, params.client_rack)
+        sub = replace(params, partitions=wanted, max_wait_ms=0)
         results, total, any_error, remote = await _read_local(replicas, sub)
         if remote:
             got, remote_error = await _read_remote(replicas, sub, results, remote, total)

@@ -19,6 +19,7 @@ see ``leader_discovery``).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -110,9 +111,7 @@ async def _incremental(ctx: BrokerContext, resp: Any, v: int, req: Any, params: 
                                          if (p.topic, p.partition) in session.partitions
                                          else None for p, _ in answered]
     results = [FetchResult(p.error) for p, _ in refused] + [r for _, r in answered]
-    shown = FetchParams(parts, params.max_wait_ms, params.min_bytes, params.max_bytes,
-                        params.read_committed, params.replica_id, params.zero_copy,
-                        params.client_rack)
+    shown = dataclasses.replace(params, partitions=parts)
     return _build(ctx, resp, v, shown, ids, results, session.id)
 
 
