@@ -270,6 +270,8 @@ class Log:
         self._bases.append(seg.base_offset)
 
     def _add_segment(self, base_offset: int) -> LogSegment:
+        if self.segments:
+            self.segments[-1].seal()
         seg = LogSegment(self.directory, base_offset, self.config.segment_index_bytes,
                          self.config.index_interval_bytes, self._clock())
         self._append_segment(seg)

@@ -86,12 +86,10 @@ class LogSegment:
         position = self.size
         os.write(self.fd, data)
         for h in headers:
-            batch_pos = position + h.position
-            if self._bytes_since_index > self.index_interval_bytes:
-                self.index.append(h.last_offset, batch_pos)
-                self._bytes_since_index = 0
-            self._bytes_since_index += h.size
             self._track_timestamp(h.max_timestamp, h.last_offset)
+            if self._bytes_since_index > self.index_interval_bytes:
+                self._index_entry(h.last_offset, position + h.position)
+            self._bytes_since_index += h.size
         self.size += len(data)
         self.last_offset = headers[-1].last_offset
 
@@ -101,7 +99,22 @@ class LogSegment:
         if ts > self.max_timestamp:
             self.max_timestamp = ts
             self.offset_of_max_timestamp = offset
-            self.time_index.append(ts, offset)
+
+    def _index_entry(self, last_offset: int, position: int) -> None:
+        """One entry in each index, every ``index.interval.bytes`` of log (as in
+        Kafka): the batch's position, and the largest timestamp so far. The time
+        index is as sparse as the offset index; ``seal`` adds its last entry."""
+        self.index.append(last_offset, position)
+        if self.max_timestamp >= 0:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+        self._bytes_since_index = 0
+
+    def seal(self) -> None:
+        """The segment is no longer active (rolled, or closed): write the largest
+        timestamp to the time index, where a reopened segment (and the remote
+        tier's copy) reads it from."""
+        if self.max_timestamp >= 0 and self.fd >= 0:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
 
     def fsync(self) -> None:
         """Flush the log and index files to disk (blocking; call off the loop).
@@ -293,12 +306,10 @@ class LogSegment:
                     or header.base_offset <= self.last_offset
                     or header.base_offset < self.base_offset):
                 break
-            pos = base_position + header.position
-            if self._bytes_since_index > self.index_interval_bytes:
-                self.index.append(header.last_offset, pos)
-                self._bytes_since_index = 0
-            self._bytes_since_index += header.size
             self._track_timestamp(header.max_timestamp, header.last_offset)
+            if self._bytes_since_index > self.index_interval_bytes:
+                self._index_entry(header.last_offset, base_position + header.position)
+            self._bytes_since_index += header.size
             self.last_offset = header.last_offset
             consumed = header.position + header.size
         return consumed
@@ -326,9 +337,10 @@ class LogSegment:
         return removed
 
     def _rescan_after_truncate(self) -> None:
+        """The largest timestamp and last offset of what is left (the indexes
+        were cut at the truncation point)."""
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
-        self.time_index.reset()
         self.last_offset = self.base_offset - 1
         for batch in self.iter_batches(0):
             header = self.read_batch_bytes_header(batch)
@@ -336,6 +348,7 @@ class LogSegment:
             self.last_offset = batch.last_offset
 
     def close(self) -> None:
+        self.seal()
         for closer in (self.index.close, self.time_index.close):
             closer()
         if self.fd >= 0:

@@ -140,13 +140,31 @@ def test_truncate_to_batch_boundary(seg):
     assert seg.size == sum(len(b) for b in batches[:3])
     assert seg.last_offset == BASE + 5
     assert seg.max_timestamp == T0 + 2
-    assert list(seg.time_index.offsets) == [BASE + 1, BASE + 3, BASE + 5]
+    # Interval 0: an entry at every batch but the first; those below the cut stay.
+    assert list(seg.time_index.offsets) == [BASE + 3, BASE + 5]
     assert seg.find(BASE + 6) is None
     assert seg.truncate_to(BASE + 100) == 0
     # Appending after the truncation continues cleanly, and the read hint is not stale.
     new = _append(seg, BASE + 6, 2, ts=T0 + 50)
     data, _ = seg.read(BASE + 6, 10**6, None, True)
     assert data == new
+
+
+def test_time_index_is_as_sparse_as_the_offset_index_and_sealed_with_the_max(tmp_path):
+    # Kafka's LogSegment: a time index entry (the largest timestamp so far) only
+    # with an offset index entry, and the last one when the segment stops being
+    # active: not a file write for every batch with a new timestamp.
+    seg = _open(tmp_path, interval=150)
+    for i in range(10):
+        _append(seg, BASE + i, ts=T0 + i, size=40)
+    assert len(seg.index) >= 2
+    assert list(seg.time_index.offsets) == list(seg.index.offsets)
+    assert list(seg.time_index.timestamps) == [T0 + o - BASE for o in seg.index.offsets]
+    seg.seal()
+    assert (seg.time_index.timestamps[-1], seg.time_index.offsets[-1]) == (T0 + 9, BASE + 9)
+    seg.seal()  # nothing new: no second entry
+    assert len(seg.time_index) == len(seg.index) + 1
+    seg.close()
 
 
 def test_truncate_everything(seg):
@@ -212,7 +230,7 @@ def test_load_indexes_after_close(tmp_path):
     assert again.load_indexes()
     assert list(again.index.offsets) == offsets
     assert again.last_offset == BASE + 39
-    assert list(again.time_index.timestamps) == [T0 + i for i in range(20)]
+    assert again.max_timestamp == T0 + 19 and again.offset_of_max_timestamp == BASE + 39
     data, _ = again.read(BASE + 20, 10**6, None, True)
     assert data == b"".join(batches[10:])
     again.close()
