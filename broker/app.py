@@ -19,7 +19,7 @@ import sys
 import structlog
 import trio
 
-from broker import loop_monitor
+from broker import gc_freeze, loop_monitor
 from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
@@ -119,6 +119,7 @@ async def run(config: BrokerConfig) -> None:
     gc.collect()
     gc.freeze()
     log.info("start-up objects frozen for the garbage collector", objects=gc.get_freeze_count())
+    gc_freeze.install(ctx.metrics.registry)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)

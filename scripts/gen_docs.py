@@ -433,6 +433,7 @@ def exported_metrics() -> list[MetricRow]:
     """
     from prometheus_client import CollectorRegistry
 
+    from broker.gc_freeze import GcFreezer
     from broker.loop_monitor import LoopMonitor
     from broker.metrics import BrokerMetrics
     from replication.fetcher import FollowerState
@@ -448,6 +449,7 @@ def exported_metrics() -> list[MetricRow]:
     broker = BrokerMetrics()
     broker.add_log_sizes(lambda: [("topic", 0, 0)])
     LoopMonitor(0.025, broker.registry).stalls.labels("task")
+    GcFreezer(broker.registry)
     _touch_labelled(broker)
     from config import BrokerConfig
     from storage.log.cleaner import LogCleaner
