@@ -40,6 +40,7 @@ import trio
 
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.fetch_fields import CONSUMER_REPLICA_ID
 from replication.fetch_session import CachedPartition, FetchSession
 from storage.log.file_slice import FileSlice
 from storage.log.manager import TopicPartition
@@ -48,8 +49,6 @@ from storage.pace import Pacer
 if TYPE_CHECKING:
     from replication.replica_manager import ReplicaManager
 
-# Kafka's replica id of an ordinary consumer (any negative id is one).
-CONSUMER_REPLICA_ID = -1
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.fetch_fields import CONSUMER_REPLICA_ID
 from replication.peer import Peer
 
 ACKS_ALL = -1
@@ -37,7 +38,6 @@ FETCH_VERSION = 12
 LIST_OFFSETS_VERSION = 9
 # OffsetForLeaderEpoch v4: replica id, flexible.
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-CONSUMER_REPLICA_ID = -1
 NO_EPOCH = -1
 
 

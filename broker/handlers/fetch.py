@@ -32,7 +32,8 @@ from broker.handlers import leader_discovery
 from broker.zero_copy import SplicedResponse
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
-from replication.fetch import CONSUMER_REPLICA_ID, FetchParams, FetchPartition, FetchResult
+from protocol.fetch_fields import replica_id
+from replication.fetch import FetchParams, FetchPartition, FetchResult
 from replication.fetch_session import (
     FINAL_EPOCH,
     FIRST_SESSION_VERSION,
@@ -50,8 +51,6 @@ READ_COMMITTED = 1
 _TOPIC_ID_VERSION = 13
 # Consumers name their rack from v11 (KIP-392), and may fetch from followers.
 _CLIENT_METADATA_VERSION = 11
-# The replica id moved into replica_state at v15 (KIP-903).
-_REPLICA_STATE_VERSION = 15
 
 
 async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
@@ -140,13 +139,6 @@ def _forgotten(ctx: BrokerContext, req: Any, v: int, session: FetchSession
             name = t.topic
         out.extend((name, p) for p in t.partitions)
     return out
-
-
-def replica_id(req: Any, v: int) -> int:
-    if v >= _REPLICA_STATE_VERSION:
-        state = getattr(req, "replica_state", None)
-        return state.replica_id if state is not None else CONSUMER_REPLICA_ID
-    return getattr(req, "replica_id", CONSUMER_REPLICA_ID)
 
 
 def _resolve(ctx: BrokerContext, req: Any, v: int

@@ -10,8 +10,8 @@ from typing import Any
 
 from broker import zero_copy
 from broker.context import BrokerContext, Session
-from broker.handlers.fetch import replica_id
 from protocol import api, broker_apis
+from protocol.fetch_fields import replica_id
 
 PRODUCE_KEY, FETCH_KEY = 0, 1
 # Requests between brokers are never throttled by client quotas.

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.deferred import Deferred
-from broker.handlers.fetch import replica_id
 from broker.security.access import Access, body_of, item_class, response_class
 from broker.security.acl import CLUSTER_NAME
 from broker.security.acl import Operation as Op
@@ -18,6 +17,7 @@ from broker.security.acl import ResourceType as R
 from protocol import tierd_apis
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
+from protocol.fetch_fields import replica_id
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
