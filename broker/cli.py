@@ -4,34 +4,13 @@ or ``tierd admin ...`` for the operator's tool (``broker.admin``)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import resource
 import sys
 
-import structlog
 import trio
 
 from config import BrokerConfig, ConfigError
-
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
-
-
-def configure_logging(fmt: str, level: str) -> None:
-    """structlog to stderr: readable console lines, or JSON objects."""
-    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
-                else structlog.dev.ConsoleRenderer(colors=False))
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+from config.log_output import configure_logging
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,14 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         return admin_main(argv[1:])
     args = parse_args(argv)
     raise_open_file_limit()
-    configure_logging("json" if args.log_json else "console", "info")
+    configure_logging("info", json_lines=args.log_json)
     try:
         config = BrokerConfig.load(args.config, args.override)
     except ConfigError as exc:
         print(f"tierd: configuration error: {exc}", file=sys.stderr)
         return 2
-    fmt = "json" if args.log_json else config["tierd.log.format"]
-    configure_logging(fmt, config["tierd.log.level"])
+    configure_logging(config["tierd.log.level"],
+                      json_lines=args.log_json or config["tierd.log.format"] == "json")
     from broker.app import ListenError, run
     from replication.metadata import MetaPropertiesError
     from replication.zookeeper import ZkConfigError

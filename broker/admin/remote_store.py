@@ -59,12 +59,12 @@ def open_store(args: Any) -> Any:
     Raises:
         AdminError(EXIT_USAGE): invalid settings, or a manager that cannot list.
     """
-    from broker.cli import configure_logging
     from config import BrokerConfig, ConfigError
+    from config.log_output import configure_logging
     from config.remote import RSM_PREFIX, plugin_configs
     from storage.remote.rsm import load_rsm
 
-    configure_logging("console", "warning")  # stderr: stdout is for the report
+    configure_logging("warning")  # stderr: stdout is for the report
     try:
         config = BrokerConfig.load(args.config, args.override)
         settings = plugin_configs(config.values, RSM_PREFIX)

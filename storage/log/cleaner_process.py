@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 import trio
 
-from storage.worker_process import configure_logging
+from config.log_output import configure_logging
 
 log = structlog.get_logger(__name__)
 

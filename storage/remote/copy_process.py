@@ -43,8 +43,8 @@ from typing import Any
 
 import structlog
 
+from config.log_output import configure_logging
 from storage.remote.types import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError
-from storage.worker_process import configure_logging
 
 log = structlog.get_logger(__name__)
 
