@@ -1,24 +1,11 @@
 """Where ACLs are kept: a file in the log directory of a single node, or
 ZooKeeper in cluster mode (Kafka's nodes, so every broker enforces the same
-table).
+table; the nodes are ``replication.zk_acls``'s).
 
-ZooKeeper layout (Kafka's ZooKeeper-mode AclAuthorizer):
-
-- ``/kafka-acl/<ResourceType>/<name>``: LITERAL patterns;
-- ``/kafka-acl-extended/prefixed/<ResourceType>/<name>``: PREFIXED patterns;
-- each node's data ``{"version": 1, "acls": [{"principal": "User:alice",
-  "permissionType": "Allow", "operation": "Read", "host": "*"}]}``;
-- a change leaves a sequential node under ``/kafka-acl-changes`` (literal) or
-  ``/kafka-acl-extended-changes`` (prefixed); every broker watches both and
-  re-reads the table when one appears. The writer prunes all but the newest
-  ``_KEEP_NOTIFICATIONS``.
-
-Node names are URL-encoded (``*`` kept), so group names with ``/`` fit.
-
-Error handling: a node changed by another broker between our read and write
-(BadVersion, NodeExists) is retried; ZooKeeper unreachable raises to the
-handler (its request fails with an error code) and, for the refresh loop,
-keeps the last table with a log line.
+Error handling: ZooKeeper unreachable raises to the handler (its request
+fails with an error code) and, for the refresh loop, keeps the last table
+with a log line; an entry that names no known operation, permission or
+resource type is skipped with a log line.
 """
 
 from __future__ import annotations
@@ -27,11 +14,9 @@ import json
 import os
 from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import quote, unquote
 
 import structlog
 import trio
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from broker.security.acl import (
     OPERATION_NAMES,
@@ -44,18 +29,13 @@ from broker.security.acl import (
     ResourceType,
     parse_super_users,
 )
+from replication.zk_acls import AclNode, Entries, ZkAcls
+from replication.zookeeper import ZkClient
 from storage.log import checkpoint
 
 log = structlog.get_logger(__name__)
 
 ACLS_FILE = "tierd-acls.json"
-LITERAL_ROOT = "/kafka-acl"
-PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
-CHANGE_ROOTS = {PatternType.LITERAL: "/kafka-acl-changes",
-                PatternType.PREFIXED: "/kafka-acl-extended-changes"}
-# Change notifications only say "re-read"; a few recent ones are enough for
-# a broker that was between reads.
-_KEEP_NOTIFICATIONS = 50
 # A missed watch (a ZooKeeper session move) is repaired by a full re-read this often.
 ZK_FULL_REFRESH_S = 30.0
 
@@ -138,17 +118,15 @@ class LocalAclStore:
         await trio.sleep_forever()
 
 
-def _node_path(resource_type: ResourceType, name: str, pattern: PatternType) -> str:
-    root = LITERAL_ROOT if pattern is PatternType.LITERAL else PREFIXED_ROOT
-    return f"{root}/{RESOURCE_NAMES[resource_type]}/{quote(name, safe='*')}"
+def _node(acl: AclBinding) -> AclNode:
+    return AclNode(acl.pattern.name, RESOURCE_NAMES[acl.resource_type], acl.name)
 
 
 class ZkAclStore:
-    """ACLs in ZooKeeper (see the module docstring), cached in the authorizer."""
+    """ACLs in ZooKeeper, cached in the authorizer."""
 
-    def __init__(self, zk: Any, authorizer: Authorizer) -> None:
-        self.zk = zk
-        self.client = zk.client
+    def __init__(self, zk: ZkClient, authorizer: Authorizer) -> None:
+        self.nodes = ZkAcls(zk)
         self.authorizer = authorizer
 
     async def create(self, acls: list[AclBinding]) -> None:
@@ -162,88 +140,43 @@ class ZkAclStore:
         return per_filter
 
     async def _change(self, added: list[AclBinding], removed: list[AclBinding]) -> None:
-        by_node: dict[tuple[ResourceType, str, PatternType],
-                      tuple[list[AclBinding], list[AclBinding]]] = {}
+        by_node: dict[AclNode, tuple[list[AclBinding], list[AclBinding]]] = {}
         for acl in added:
-            by_node.setdefault((acl.resource_type, acl.name, acl.pattern), ([], []))[0].append(acl)
+            by_node.setdefault(_node(acl), ([], []))[0].append(acl)
         for acl in removed:
-            by_node.setdefault((acl.resource_type, acl.name, acl.pattern), ([], []))[1].append(acl)
-        for (rtype, name, pattern), (add, remove) in by_node.items():
-            await self.zk.call(self._update_node, rtype, name, pattern, add, remove)
+            by_node.setdefault(_node(acl), ([], []))[1].append(acl)
+        for node, (add, remove) in by_node.items():
+            rtype, pattern = _TYPES_BY_NAME[node.type_name], PatternType[node.pattern]
+
+            def change(entries: Entries, rtype: ResourceType = rtype, pattern: PatternType = pattern,
+                       node: AclNode = node, add: list[AclBinding] = add,
+                       remove: list[AclBinding] = remove) -> Entries:
+                current = {_binding(rtype, node.name, pattern, e) for e in entries}
+                wanted = (current | set(add)) - set(remove)
+                return [_entry(a) for a in sorted(wanted, key=str)]
+
+            await self.nodes.update(node, change)
         await self.refresh()
 
-    def _update_node(self, rtype: ResourceType, name: str, pattern: PatternType,
-                     add: list[AclBinding], remove: list[AclBinding]) -> None:
-        """kazoo thread: read-modify-write one resource's node, then notify."""
-        path = _node_path(rtype, name, pattern)
-        while True:
-            try:
-                data, stat = self.client.get(path)
-                version = stat.version
-                entries = json.loads(data or b"{}").get("acls", [])
-            except NoNodeError:
-                version, entries = -1, []
-            current = {_binding(rtype, name, pattern, e) for e in entries}
-            wanted = (current | set(add)) - set(remove)
-            text = json.dumps({"version": 1, "acls": [_entry(a) for a in sorted(
-                wanted, key=str)]}).encode()
-            try:
-                if version < 0:
-                    self.client.create(path, text, makepath=True)
-                elif wanted:
-                    self.client.set(path, text, version=version)
-                else:
-                    self.client.delete(path, version=version)
-                break
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another broker changed it between our read and write
-        changes = CHANGE_ROOTS[pattern]
-        note = json.dumps({"version": 1, "resourceType": RESOURCE_NAMES[rtype], "name": name,
-                           "patternType": pattern.name}).encode()
-        self.client.create(f"{changes}/acl_changes_", note, sequence=True, makepath=True)
-        for old in sorted(self.client.get_children(changes))[:-_KEEP_NOTIFICATIONS]:
-            try:
-                self.client.delete(f"{changes}/{old}")
-            except NoNodeError:
-                pass
-
-    def _read_all(self) -> list[AclBinding]:
-        """kazoo thread: every ACL node."""
-        out: list[AclBinding] = []
-        for pattern, root in ((PatternType.LITERAL, LITERAL_ROOT),
-                              (PatternType.PREFIXED, PREFIXED_ROOT)):
-            for type_name, rtype in _TYPES_BY_NAME.items():
-                try:
-                    names = self.client.get_children(f"{root}/{type_name}")
-                except NoNodeError:
-                    continue
-                for node in names:
-                    try:
-                        data, _ = self.client.get(f"{root}/{type_name}/{node}")
-                        entries = json.loads(data or b"{}").get("acls", [])
-                        out.extend(_binding(rtype, unquote(node), pattern, e) for e in entries)
-                    except NoNodeError:
-                        continue
-                    except (ValueError, KeyError):
-                        log.warning("unreadable ACL node skipped", path=f"{root}/{type_name}/{node}")
-        return out
-
     async def refresh(self) -> None:
-        self.authorizer.set_acls(await self.zk.call(self._read_all))
+        acls: list[AclBinding] = []
+        for node, entries in await self.nodes.read_all(_TYPES_BY_NAME):
+            rtype, pattern = _TYPES_BY_NAME[node.type_name], PatternType[node.pattern]
+            try:
+                acls.extend(_binding(rtype, node.name, pattern, e) for e in entries)
+            except (KeyError, TypeError):
+                log.warning("unreadable ACL node skipped", path=node.path)
+        self.authorizer.set_acls(acls)
 
     async def run(self) -> None:
         """Re-read the table on every change notification (and now and then)."""
-        for root in CHANGE_ROOTS.values():
-            await self.zk.call(self.client.ensure_path, root)
         changed = trio.Event()
 
-        async def watch(root: str) -> None:
-            async for _ in self.zk.watch_children(root):
-                changed.set()
+        def notice() -> None:
+            changed.set()
 
         async with trio.open_nursery() as nursery:
-            for root in CHANGE_ROOTS.values():
-                nursery.start_soon(watch, root)
+            nursery.start_soon(self.nodes.watch_changes, notice)
             while True:
                 try:
                     await self.refresh()
@@ -252,7 +185,6 @@ class ZkAclStore:
                 with trio.move_on_after(ZK_FULL_REFRESH_S):
                     await changed.wait()
                 changed = trio.Event()
-
 
 
 async def build_acl_store(config: Any, cluster: Any) -> AclStore | None:
