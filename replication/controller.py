@@ -38,7 +38,6 @@ from ZooKeeper, which holds everything that was decided.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import structlog
 import trio
@@ -47,9 +46,9 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode
 from replication import elections
 from replication.controller_channel import ControllerChannel
+from replication.controller_context import ControllerContext
 from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
-from replication.metadata_cache import BrokerEndpoint
 from replication.metrics import ControllerStats
 from replication.reassignment import Reassigner, Reassignment
 from replication.zookeeper import RegisteredBroker, ZkClient
@@ -60,39 +59,6 @@ log = structlog.get_logger(__name__)
 TopicPartition = tuple[str, int]
 # Partition-state writes sent to ZooKeeper at once (pipelined on the session).
 WRITE_BATCH = 1000
-
-
-@dataclass(slots=True)
-class ControllerContext:
-    """What the acting controller knows."""
-
-    epoch: int = 0
-    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
-    broker_epochs: dict[int, int] = field(default_factory=dict)
-    topic_ids: dict[str, object] = field(default_factory=dict)
-    assignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
-    states: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
-    unclean: dict[str, bool] = field(default_factory=dict)
-    shutting_down: set[int] = field(default_factory=set)
-
-    @property
-    def live(self) -> set[int]:
-        return set(self.brokers) - self.shutting_down
-
-    def partitions_of(self, topic: str) -> list[TopicPartition]:
-        return sorted(tp for tp in self.assignments if tp[0] == topic)
-
-    def offline_partition_count(self) -> int:
-        """Partitions with no live leader, not counting topics being deleted
-        (Kafka's OfflinePartitionsCount; a shutting-down leader counts as gone)."""
-        live = self.live
-        count = 0
-        for tp in self.assignments:
-            state = self.states.get(tp)
-            if state is None or (state.leader != LEADER_DURING_DELETE
-                                 and state.leader not in live):
-                count += 1
-        return count
 
 
 class Controller:

@@ -36,7 +36,7 @@ from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from replication.peer import Peer, PeerError
 
 if TYPE_CHECKING:
-    from replication.controller import ControllerContext
+    from replication.controller_context import ControllerContext
 
 log = structlog.get_logger(__name__)
 

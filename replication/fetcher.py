@@ -45,7 +45,6 @@ and resets its state.
 
 from __future__ import annotations
 
-import enum
 import math
 import zlib
 from collections.abc import Iterable
@@ -60,6 +59,7 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
 from replication import remote_aux_state
 from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
+from replication.follower_state import FollowerState
 from replication.peer import Peer, PeerError
 from storage.log.manager import TopicPartition
 from storage.pace import Pacer
@@ -80,13 +80,6 @@ MAX_AUX_STATE_BACKOFF_S = 30.0
 
 class IllegalTransition(RuntimeError):
     """A state machine was asked to make a move its table does not allow."""
-
-
-class FollowerState(enum.Enum):
-    FETCHING = "Fetching"
-    TRUNCATING = "Truncating"
-    BUILDING_REMOTE_AUX_STATE = "BuildingRemoteLogAuxState"
-    DELAYED = "Delayed"
 
 
 S = FollowerState

@@ -33,19 +33,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from replication.fetcher import FollowerState
+from replication.fetch_session import FetchSessionCache
+from replication.follower_state import FollowerState
 from replication.partition import Partition
-
-if TYPE_CHECKING:
-    from replication.controller import Controller
-    from replication.replica_manager import ReplicaManager
 
 PREFIX = "tierd_"
 # How often the gauges are recomputed on the event loop: a Prometheus scrape
@@ -132,6 +129,25 @@ class ReplicaGauges:
         return cls(hosted, led, under, under_min, at_min)
 
 
+class ReplicaSource(Protocol):
+    """What the gauges read of a broker's replicas (``replication.replica_manager``)."""
+
+    stats: ReplicaStats
+    node_id: int
+    fetch_sessions: FetchSessionCache
+
+    def hosted(self) -> list[Partition]: ...
+
+
+class ControllerSource(Protocol):
+    """What the gauges read of the controller (``replication.controller``)."""
+
+    stats: ControllerStats
+    active: bool
+
+    def offline_partition_count(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerGauges:
     """Kafka's KafkaController gauges at one instant (zero unless active)."""
@@ -140,7 +156,7 @@ class ControllerGauges:
     offline_partitions: int = 0
 
     @classmethod
-    def of(cls, controller: Controller) -> ControllerGauges:
+    def of(cls, controller: ControllerSource) -> ControllerGauges:
         if not controller.active:
             return cls()
         return cls(1, controller.offline_partition_count())
@@ -211,7 +227,7 @@ class ReplicationCollector(Collector):
     prometheus_client's HTTP thread reads ``self.latest``, replaced whole.
     """
 
-    def __init__(self, replicas: ReplicaManager, controller: Controller | None,
+    def __init__(self, replicas: ReplicaSource, controller: ControllerSource | None,
                  follower_states: Callable[[], Iterable[tuple[tuple[str, int],
                                                               FollowerState]]] | None = None
                  ) -> None:

@@ -29,15 +29,12 @@ next ISR change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
 from protocol.errors import ErrorCode
 from replication.elections import LeaderAndIsr
-
-if TYPE_CHECKING:
-    from replication.controller import Controller
 
 log = structlog.get_logger(__name__)
 
@@ -63,10 +60,33 @@ class Reassignment:
         return [*self.target, *self.removing]
 
 
+class ReassigningController(Protocol):
+    """What a reassignment asks of the controller (``replication.controller``)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def assignment(self, tp: TopicPartition) -> list[int] | None: ...
+
+    def partition_state(self, tp: TopicPartition) -> LeaderAndIsr | None: ...
+
+    def is_registered(self, broker: int) -> bool: ...
+
+    def is_live(self, broker: int) -> bool: ...
+
+    async def write_state(self, tp: TopicPartition, new: LeaderAndIsr) -> bool: ...
+
+    async def write_assignment(self, tp: TopicPartition, replicas: list[int]) -> None: ...
+
+    def announce_partitions(self, changed: list[TopicPartition]) -> None: ...
+
+    def delete_replicas(self, tp: TopicPartition, brokers: list[int]) -> None: ...
+
+
 class Reassigner:
     """The controller's reassignments. Call with the controller's lock held."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: ReassigningController) -> None:
         self.controller = controller
         self.reassigning: dict[TopicPartition, Reassignment] = {}
 

@@ -436,7 +436,7 @@ def exported_metrics() -> list[MetricRow]:
     from broker.gc_freeze import GcFreezer
     from broker.loop_monitor import LoopMonitor
     from broker.metrics import BrokerMetrics
-    from replication.fetcher import FollowerState
+    from replication.follower_state import FollowerState
     from replication.metrics import ControllerStats, ReplicaStats, ReplicationCollector
     from storage.remote.metrics import RemoteMetrics
 

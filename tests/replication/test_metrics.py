@@ -15,10 +15,11 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from config import BrokerConfig, TopicConfigs
-from replication.controller import Controller, ControllerContext
+from replication.controller import Controller
+from replication.controller_context import ControllerContext
+from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.fetch import FetchParams, FetchPartition
-from replication.controller_requests import IsrChange
 from replication.isr import IsrManager
 from replication.metadata_cache import BrokerEndpoint, PartitionState
 from replication.metrics import (
