@@ -127,6 +127,7 @@ async def run(config: BrokerConfig) -> None:
             if ctx.acls is not None:
                 nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
+            nursery.start_soon(ctx.metrics.run_log_sizes)
             if tiering is not None and ctx.cluster is None:
                 await nursery.start(tiering.run)
             if ctx.groups is not None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from replication.metrics import ReplicationCollector
+from replication.metrics import SNAPSHOT_INTERVAL_S, ReplicationCollector
 
 if TYPE_CHECKING:
     from replication.cluster import ClusterNode
@@ -25,6 +26,7 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._log_sizes: _LogSizeCollector | None = None
         self.requests = Counter("tierd_requests", "Requests handled", ["api", "version"], registry=r)
         self.latency = Histogram(
             "tierd_request_latency_seconds", "Request handling time", ["api"], registry=r,
@@ -82,8 +84,18 @@ class BrokerMetrics:
             ["listener"], registry=r)
 
     def add_log_sizes(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
-        """Export per-partition log sizes, computed at scrape time."""
-        self.registry.register(_LogSizeCollector(sizes))
+        """Export per-partition log sizes: ``sizes()`` read on the event loop every
+        ``SNAPSHOT_INTERVAL_S`` (``run_log_sizes``), scrapes served from that copy."""
+        self._log_sizes = _LogSizeCollector(sizes)
+        self._log_sizes.snapshot()
+        self.registry.register(self._log_sizes)
+
+    async def run_log_sizes(self, interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
+        """Keep the log sizes' snapshot fresh until cancelled (on the event loop)."""
+        while True:
+            await trio.sleep(interval_s)
+            if self._log_sizes is not None:
+                self._log_sizes.snapshot()
 
     async def run_replication(self, replicas: ReplicaManager,
                               cluster: ClusterNode | None) -> None:
@@ -125,12 +137,19 @@ class BrokerMetrics:
 
 
 class _LogSizeCollector(Collector):
+    """Per-partition log sizes, served from a copy taken on the event loop (the
+    scrape runs in the HTTP thread, which must not walk the partitions)."""
+
     def __init__(self, sizes: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
         self._sizes = sizes
+        self._copy: list[tuple[str, int, int]] = []
+
+    def snapshot(self) -> None:
+        self._copy = list(self._sizes())
 
     def collect(self):  # type: ignore[no-untyped-def]
         family = GaugeMetricFamily("tierd_log_size_bytes", "Local log size per partition",
                                    labels=["topic", "partition"])
-        for topic, partition, size in self._sizes():
+        for topic, partition, size in self._copy:
             family.add_metric([topic, str(partition)], size)
         yield family

@@ -524,8 +524,8 @@ def render_metrics() -> str:
         "",
         "*When*: `always`; `tiering on` (`remote.log.storage.system.enable=true`); "
         "`cluster mode` (`zookeeper.connect` set). Gauges computed from partition state are "
-        "refreshed on the event loop every second (replication) or at scrape time "
-        "(tiered storage, log sizes).",
+        "refreshed on the event loop every second (replication, log sizes) or at scrape "
+        "time (tiered storage).",
         "",
         "| Exported name | Type | Labels | When | Meaning |",
         "|---|---|---|---|---|",
