@@ -46,6 +46,7 @@ from replication.metadata_cache import BrokerEndpoint, MetadataCache, PartitionS
 from replication.peer import Peer, PeerError
 from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
+from replication.zk_configs import ZkConfigs
 from replication.zookeeper import ZkClient
 from storage.log.manager import LogManager, TopicPartition, now_ms
 from storage.pace import Pacer
@@ -95,7 +96,7 @@ class ClusterNode:
             assignment = await self.zk.get_topic_assignment(topic)
             if assignment is not None:
                 self.topic_ids[topic] = assignment.topic_id
-                self.topic_configs[topic] = await self.zk.get_topic_config(topic)
+                self.topic_configs[topic] = await ZkConfigs(self.zk).get_topic_config(topic)
         self.replicas.logs.load(self._log_config_for, self.topic_ids.get)
 
     def _log_config_for(self, topic: str):  # type: ignore[no-untyped-def]
@@ -104,7 +105,7 @@ class ClusterNode:
 
     async def _topic_config(self, topic: str) -> dict[str, str]:
         if topic not in self.topic_configs:
-            self.topic_configs[topic] = await self.zk.get_topic_config(topic)
+            self.topic_configs[topic] = await ZkConfigs(self.zk).get_topic_config(topic)
         return self.topic_configs[topic]
 
     async def run(self, endpoint: BrokerEndpoint,
@@ -137,7 +138,7 @@ class ClusterNode:
     async def _watch_config_changes(self) -> None:
         async for topics in self.zk.watch_config_changes():
             for topic in topics:
-                configs = await self.zk.get_topic_config(topic)
+                configs = await ZkConfigs(self.zk).get_topic_config(topic)
                 self.topic_configs[topic] = configs
                 info = self.metadata.topic(topic)
                 if info is not None:

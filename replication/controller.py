@@ -51,6 +51,8 @@ from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.metrics import ControllerStats
 from replication.reassignment import Reassigner, Reassignment
+from replication.zk_configs import ZkConfigs
+from replication.zk_partition_states import ZkPartitionStates
 from replication.zookeeper import RegisteredBroker, ZkClient
 from storage.pace import Pacer
 
@@ -65,6 +67,8 @@ class Controller:
     def __init__(self, config: BrokerConfig, zk: ZkClient, channel: ControllerChannel) -> None:
         self.config = config
         self.zk = zk
+        self.configs = ZkConfigs(zk)
+        self.partition_states = ZkPartitionStates(zk)
         self.channel = channel
         self.node_id: int = config["node.id"]
         self.ctx = ControllerContext()
@@ -138,7 +142,7 @@ class Controller:
         if assignment is None:
             return []
         self.ctx.topic_ids[topic] = assignment.topic_id
-        config = await self.zk.get_topic_config(topic)
+        config = await self.configs.get_topic_config(topic)
         default_unclean = self.config["unclean.leader.election.enable"]
         self.ctx.unclean[topic] = str(config.get("unclean.leader.election.enable",
                                                  default_unclean)).lower() == "true"
@@ -151,7 +155,7 @@ class Controller:
             self.ctx.assignments[tp] = list(replicas)
             if tp not in self.ctx.states:
                 unknown.append(tp)
-        for tp, got in zip(unknown, await self.zk.get_partition_states(unknown), strict=True):
+        for tp, got in zip(unknown, await self.partition_states.get_partition_states(unknown), strict=True):
             if got is not None:
                 self.ctx.states[tp] = got
         return added
@@ -164,9 +168,9 @@ class Controller:
             new = elections.initial_state(replicas, self.ctx.live, self.ctx.epoch)
             if new is None:
                 return False
-            created = await self.zk.create_partition_state(tp[0], tp[1], new)
+            created = await self.partition_states.create_partition_state(tp[0], tp[1], new)
             if created is None:  # someone created it meanwhile: take theirs and retry
-                got = await self.zk.get_partition_state(tp[0], tp[1])
+                got = await self.partition_states.get_partition_state(tp[0], tp[1])
                 if got is not None:
                     self.ctx.states[tp] = got
                 return await self._ensure_leader(tp) if got is not None else False
@@ -222,7 +226,7 @@ class Controller:
                     unclean.add(tp)
         for i in range(0, len(new_states), WRITE_BATCH):
             chunk = new_states[i:i + WRITE_BATCH]
-            created = await self.zk.create_partition_states(
+            created = await self.partition_states.create_partition_states(
                 [(tp[0], tp[1], new) for tp, new in chunk])
             for (tp, new), done in zip(chunk, created, strict=True):
                 if done is None:  # someone created it meanwhile: the one-by-one path
@@ -255,7 +259,7 @@ class Controller:
 
     async def _write(self, tp: TopicPartition, new: LeaderAndIsr) -> bool:
         """Compare-and-set ``new`` (expecting its version); refresh our copy on conflict."""
-        written = await self.zk.update_partition_state(tp[0], tp[1], new, new.version)
+        written = await self.partition_states.update_partition_state(tp[0], tp[1], new, new.version)
         return await self._took(tp, new, written)
 
     async def _write_many(self, changes: list[tuple[TopicPartition, LeaderAndIsr]]
@@ -264,7 +268,7 @@ class Controller:
         done: list[TopicPartition] = []
         for i in range(0, len(changes), WRITE_BATCH):
             chunk = changes[i:i + WRITE_BATCH]
-            results = await self.zk.update_partition_states(
+            results = await self.partition_states.update_partition_states(
                 [(tp[0], tp[1], new, new.version) for tp, new in chunk])
             for (tp, new), written in zip(chunk, results, strict=True):
                 if await self._took(tp, new, written):
@@ -277,7 +281,7 @@ class Controller:
         if written is None:
             log.info("partition state changed under us; re-reading", topic=tp[0],
                      partition=tp[1])
-            got = await self.zk.get_partition_state(tp[0], tp[1])
+            got = await self.partition_states.get_partition_state(tp[0], tp[1])
             if got is not None:
                 self.ctx.states[tp] = got
             return False

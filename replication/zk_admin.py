@@ -30,6 +30,7 @@ from protocol.errors import ErrorCode, KafkaApiError
 from replication.elections import assign_replicas, assign_replicas_rack_aware
 from replication.metadata import TopicInfo, validate_topic_name
 from replication.metadata_cache import MetadataCache
+from replication.zk_configs import ZkConfigs
 from replication.zookeeper import ZkClient
 
 log = structlog.get_logger(__name__)
@@ -42,6 +43,7 @@ class ZkTopicAdmin:
     def __init__(self, config: BrokerConfig, zk: ZkClient, metadata: MetadataCache) -> None:
         self.config = config
         self.zk = zk
+        self.configs = ZkConfigs(zk)
         self.metadata = metadata
         self.node_id: int = config["node.id"]
         self._pid_next = 0
@@ -70,7 +72,7 @@ class ZkTopicAdmin:
         topic_id = uuid.uuid4()
         if assignment is None:
             assignment = self._assign(partitions, replication_factor, 0)
-        await self.zk.set_topic_config(name, configs)
+        await self.configs.set_topic_config(name, configs)
         if not await self.zk.create_topic_assignment(name, topic_id, assignment):
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         log.info("topic created", topic=name, partitions=partitions,
@@ -121,8 +123,8 @@ class ZkTopicAdmin:
                                start_partition, seed)
 
     async def alter_configs(self, name: str, configs: TopicConfigs) -> None:
-        await self.zk.set_topic_config(name, configs.overrides)
-        await self.zk.notify_topic_config_change(name)
+        await self.configs.set_topic_config(name, configs.overrides)
+        await self.configs.notify_topic_config_change(name)
 
     async def allocate_producer_id(self) -> int:
         """The next id of this broker's block; a new block is claimed when it runs out.

@@ -37,16 +37,15 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import structlog
 import trio
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from replication.elections import LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from storage.log.checkpoint import topic_id_from_str, topic_id_to_str
 
@@ -79,7 +78,7 @@ class TopicAssignment:
     partitions: dict[int, list[int]]
 
 
-def _json(data: dict[str, Any] | str) -> bytes:
+def json_bytes(data: dict[str, Any] | str) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -113,7 +112,7 @@ def _parse_broker(node: int, info: dict[str, Any], inter_broker: str) -> BrokerE
     return BrokerEndpoint(node, inter.host, inter.port, info.get("rack"), tuple(ends))
 
 
-def _user_node(user: str) -> str:
+def user_node(user: str) -> str:
     """A user name as a znode name (Kafka URL-encodes it: '/' cannot appear)."""
     return quote(user, safe="")
 
@@ -124,7 +123,7 @@ def _split_chroot(connect: str) -> tuple[str, str]:
 
 
 
-def _settled(result: Any, *expected: type[BaseException]) -> tuple[Any, BaseException | None]:
+def settled(result: Any, *expected: type[BaseException]) -> tuple[Any, BaseException | None]:
     """A kazoo async result, waited for: (value, None), or (None, the error)
     for an error of an ``expected`` kind; any other error is raised. Expected
     errors are not raised: a raised exception's traceback ties frames, the
@@ -138,7 +137,7 @@ def _settled(result: Any, *expected: type[BaseException]) -> tuple[Any, BaseExce
         return None, error
     raise error
 
-def _create_async(client: KazooClient, path: str, data: bytes,
+def create_async(client: KazooClient, path: str, data: bytes,
                   include_data: bool = False) -> Any:
     """kazoo's ``create_async`` for a batch, without its closures: each call of
     that one ties three nested functions and its result into a reference
@@ -361,7 +360,7 @@ class ZkClient:
     async def get_or_create_cluster_id(self, proposed: str) -> str:
         def run() -> str:
             try:
-                self.client.create("/cluster/id", _json({"version": "1", "id": proposed}))
+                self.client.create("/cluster/id", json_bytes({"version": "1", "id": proposed}))
                 return proposed
             except NodeExistsError:
                 data, _ = self.client.get("/cluster/id")
@@ -390,7 +389,7 @@ class ZkClient:
         node_id = endpoint.node_id
         path = f"/brokers/ids/{node_id}"
         plain = next((e for e in endpoint.listeners if e.name == "PLAINTEXT"), None)
-        data = _json({"listener_security_protocol_map": {e.name: e.security_protocol
+        data = json_bytes({"listener_security_protocol_map": {e.name: e.security_protocol
                                                           for e in endpoint.listeners},
                       "endpoints": [_url(e) for e in endpoint.listeners], "jmx_port": -1,
                       "features": {}, "host": plain.host if plain else None,
@@ -454,7 +453,7 @@ class ZkClient:
     # -- controller --------------------------------------------------------------------
 
     async def try_become_controller(self, node_id: int) -> bool:
-        data = _json({"version": 1, "brokerid": node_id,
+        data = json_bytes({"version": 1, "brokerid": node_id,
                       "timestamp": str(int(time.time() * 1000))})
         try:
             await self._call(self.client.create, "/controller", data, ephemeral=True)
@@ -531,7 +530,7 @@ class ZkClient:
 
     @staticmethod
     def _assignment_json(topic_id: uuid.UUID, partitions: dict[int, list[int]]) -> bytes:
-        return _json({"partitions": {str(p): rs for p, rs in sorted(partitions.items())},
+        return json_bytes({"partitions": {str(p): rs for p, rs in sorted(partitions.items())},
                       "topic_id": topic_id_to_str(topic_id), "adding_replicas": {},
                       "removing_replicas": {}, "version": 3})
 
@@ -548,134 +547,6 @@ class ZkClient:
                                    partitions: dict[int, list[int]]) -> None:
         await self._call(self.client.set, f"/brokers/topics/{topic}",
                          self._assignment_json(topic_id, partitions))
-
-    async def get_topic_config(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = await self._call(self.client.get, f"/config/topics/{topic}")
-        except NoNodeError:
-            return {}
-        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
-
-    async def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
-        data = _json({"version": 1, "config": dict(configs)})
-
-        def run() -> None:
-            try:
-                self.client.create(f"/config/topics/{topic}", data)
-            except NodeExistsError:
-                self.client.set(f"/config/topics/{topic}", data)
-        await self._call(run)
-
-    # -- users (SCRAM credentials, Kafka's /config/users/<name>) --------------------
-
-    async def get_user_config(self, user: str) -> dict[str, str]:
-        try:
-            data, _ = await self._call(self.client.get, f"/config/users/{_user_node(user)}")
-        except NoNodeError:
-            return {}
-        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
-
-    async def set_user_config(self, user: str, configs: dict[str, str]) -> None:
-        """Write (or, with no configs left, delete) a user's config node."""
-        path = f"/config/users/{_user_node(user)}"
-        data = _json({"version": 1, "config": dict(configs)})
-
-        def run() -> None:
-            if not configs:
-                try:
-                    self.client.delete(path)
-                    return
-                except NoNodeError:
-                    return
-                except NotEmptyError:
-                    pass  # client-id quota nodes below it: keep it, empty
-            self.client.ensure_path("/config/users")
-            try:
-                self.client.create(path, data)
-            except NodeExistsError:
-                self.client.set(path, data)
-        await self._call(run)
-
-    # -- client quotas (Kafka's /config/users/..., /config/clients/...) --------------
-
-    async def get_entity_config(self, path: str) -> dict[str, str]:
-        """The config map of ``/config/<path>`` (empty if the node does not exist)."""
-        try:
-            data, _ = await self._call(self.client.get, f"/config/{path}")
-        except NoNodeError:
-            return {}
-        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
-
-    async def set_entity_config(self, path: str, configs: dict[str, str]) -> None:
-        """Write ``/config/<path>`` (parents created with empty configs); an empty
-        config deletes the node unless it has children."""
-        full = f"/config/{path}"
-        data = _json({"version": 1, "config": dict(configs)})
-
-        def run() -> None:
-            if not configs:
-                try:
-                    self.client.delete(full)
-                    return
-                except NoNodeError:
-                    return
-                except NotEmptyError:
-                    pass
-            parts = full.strip("/").split("/")
-            for depth in range(2, len(parts)):
-                parent = "/" + "/".join(parts[:depth])
-                try:
-                    self.client.create(parent, _json({"version": 1, "config": {}})
-                                       if depth > 2 else b"", makepath=True)
-                except NodeExistsError:
-                    pass
-            try:
-                self.client.create(full, data)
-            except NodeExistsError:
-                self.client.set(full, data)
-        await self._call(run)
-
-    async def get_quota_configs(self) -> list[tuple[str, dict[str, str]]]:
-        """(path under /config, config) of every user, user/client and client node."""
-        def run() -> list[tuple[str, dict[str, str]]]:
-            out: list[tuple[str, dict[str, str]]] = []
-
-            def read(path: str) -> None:
-                try:
-                    data, _ = self.client.get(f"/config/{path}")
-                    out.append((path, {k: str(v) for k, v in
-                                       json.loads(data or b"{}").get("config", {}).items()}))
-                except (NoNodeError, ValueError):
-                    pass
-
-            for kind in ("users", "clients"):
-                try:
-                    names = self.client.get_children(f"/config/{kind}")
-                except NoNodeError:
-                    continue
-                for name in names:
-                    read(f"{kind}/{name}")
-                    if kind == "users":
-                        try:
-                            clients = self.client.get_children(f"/config/users/{name}/clients")
-                        except NoNodeError:
-                            continue
-                        for client in clients:
-                            read(f"users/{name}/clients/{client}")
-            return out
-        return list(await self._call(run))
-
-    async def get_users(self) -> list[str]:
-        try:
-            children = await self._call(self.client.get_children, "/config/users")
-        except NoNodeError:
-            return []
-        return sorted(unquote(c) for c in children)
-
-    async def notify_topic_config_change(self, topic: str) -> None:
-        await self._call(self.client.create, "/config/changes/config_change_",
-                         _json({"version": 2, "entity_path": f"topics/{topic}"}),
-                         sequence=True)
 
     async def mark_topic_for_deletion(self, topic: str) -> None:
         try:
@@ -696,122 +567,6 @@ class ZkClient:
                     pass
         await self._call(run)
 
-    # -- partition state -------------------------------------------------------------------
-
-    @staticmethod
-    def _state_path(topic: str, partition: int) -> str:
-        return f"/brokers/topics/{topic}/partitions/{partition}/state"
-
-    @staticmethod
-    def _state_json(state: LeaderAndIsr) -> bytes:
-        return _json({"controller_epoch": state.controller_epoch, "leader": state.leader,
-                      "version": 1, "leader_epoch": state.leader_epoch,
-                      "isr": list(state.isr)})
-
-    async def get_partition_state(self, topic: str, partition: int) -> LeaderAndIsr | None:
-        try:
-            data, stat = await self._call(self.client.get, self._state_path(topic, partition))
-        except NoNodeError:
-            return None
-        return self._parse_state(data, stat)
-
-    async def create_partition_state(self, topic: str, partition: int,
-                                     state: LeaderAndIsr) -> tuple[int, int] | None:
-        """Create the state znode; (its version, 0, and zxid), or None if it exists."""
-        try:
-            _, stat = await self._call(self.client.create, self._state_path(topic, partition),
-                                       self._state_json(state), makepath=True,
-                                       include_data=True)
-            return int(stat.version), int(stat.mzxid)
-        except NodeExistsError:
-            return None
-
-    async def update_partition_state(self, topic: str, partition: int, state: LeaderAndIsr,
-                                     expected_version: int) -> tuple[int, int] | None:
-        """Compare-and-set; (the new version, its zxid), or None if the znode moved on."""
-        try:
-            stat = await self._call(self.client.set, self._state_path(topic, partition),
-                                    self._state_json(state), version=expected_version)
-        except (BadVersionError, NoNodeError):
-            return None
-        return int(stat.version), int(stat.mzxid)
-
-    async def get_partition_states(self, tps: list[tuple[str, int]]
-                                   ) -> list[LeaderAndIsr | None]:
-        """Many partitions' states, read pipelined (None: no state znode)."""
-        def run() -> list[tuple[bytes, Any] | None]:
-            sent = [self.client.get_async(self._state_path(t, p)) for t, p in tps]
-            out: list[tuple[bytes, Any] | None] = []
-            for result in sent:
-                value, error = _settled(result, NoNodeError)
-                out.append(None if error is not None else value)
-            return out
-
-        return [None if got is None else self._parse_state(*got) for got in await self._call(run)]
-
-    @staticmethod
-    def _parse_state(data: bytes, stat: Any) -> LeaderAndIsr:
-        info = json.loads(data)
-        return LeaderAndIsr(int(info["leader"]), int(info["leader_epoch"]),
-                            tuple(int(r) for r in info["isr"]), int(info["controller_epoch"]),
-                            int(stat.version), int(stat.mzxid))
-
-    async def update_partition_states(
-            self, updates: list[tuple[str, int, LeaderAndIsr, int]]
-    ) -> list[tuple[int, int] | None]:
-        """Compare-and-set many partition states: (topic, partition, state,
-        expected version) each; per update as ``update_partition_state``.
-
-        The writes go out pipelined on the session (kazoo's async calls from one
-        worker thread) rather than one round trip after another: a lost broker
-        of a few thousand partitions is one batch, not thousands of waits.
-        """
-        def run() -> list[tuple[int, int] | None]:
-            sent = [self.client.set_async(self._state_path(t, p), self._state_json(st),
-                                          version=version) for t, p, st, version in updates]
-            out: list[tuple[int, int] | None] = []
-            for result in sent:
-                stat, error = _settled(result, BadVersionError, NoNodeError)
-                out.append(None if error is not None else (int(stat.version), int(stat.mzxid)))
-            return out
-
-        return await self._call(run)
-
-    async def create_partition_states(self, creates: list[tuple[str, int, LeaderAndIsr]]
-                                      ) -> list[tuple[int, int] | None]:
-        """Create many state znodes, pipelined; per create as ``create_partition_state``.
-
-        The parents (``partitions`` per topic, then one znode per partition)
-        are created first, each level pipelined, rather than with kazoo's
-        ``makepath``: that one fails, creates the path and tries again for
-        every partition, and leaves thousands of exception cycles behind.
-        """
-        def create_all(paths: list[str]) -> None:
-            for result in [_create_async(self.client, path, b"") for path in paths]:
-                _settled(result, NodeExistsError, NoNodeError)
-
-        def run() -> list[tuple[int, int] | None]:
-            create_all(sorted({f"/brokers/topics/{t}/partitions" for t, _, _ in creates}))
-            create_all([f"/brokers/topics/{t}/partitions/{p}" for t, p, _ in creates])
-            sent = [_create_async(self.client, self._state_path(t, p), self._state_json(st),
-                                  include_data=True)
-                    for t, p, st in creates]
-            out: list[tuple[int, int] | None] = []
-            for (t, p, st), result in zip(creates, sent, strict=True):
-                got, error = _settled(result, NodeExistsError, NoNodeError)
-                if isinstance(error, NoNodeError):  # the topic's znode went: as before, make it
-                    try:
-                        got = self.client.create(self._state_path(t, p), self._state_json(st),
-                                                 makepath=True, include_data=True)
-                    except NodeExistsError:
-                        got = None
-                elif error is not None:
-                    got = None
-                out.append(None if got is None else (int(got[1].version), int(got[1].mzxid)))
-            return out
-
-        return await self._call(run)
-
     # -- producer ids --------------------------------------------------------------------
 
     async def allocate_producer_id_block(self, node_id: int) -> tuple[int, int]:
@@ -826,7 +581,7 @@ class ZkClient:
                     data, stat = b"", None
                 start = int(json.loads(data)["block_end"]) + 1 if data else 0
                 end = start + PRODUCER_ID_BLOCK - 1
-                block = _json({"version": 1, "broker": node_id, "block_start": str(start),
+                block = json_bytes({"version": 1, "broker": node_id, "block_start": str(start),
                                "block_end": str(end)})
                 try:
                     if stat is None:

@@ -37,6 +37,8 @@ from urllib.parse import quote, unquote
 import structlog
 import trio
 
+from replication.zk_configs import ZkConfigs
+from replication.zookeeper import ZkClient
 from storage.log import checkpoint
 
 log = structlog.get_logger(__name__)
@@ -208,25 +210,26 @@ def _zk_path(ent: Entity) -> str:
 class ZkQuotaStore:
     """Quotas in ZooKeeper (Kafka's nodes), cached and re-read periodically."""
 
-    def __init__(self, zk: Any, quotas: ClientQuotas) -> None:
+    def __init__(self, zk: ZkClient, quotas: ClientQuotas) -> None:
         self.zk = zk
+        self.configs = ZkConfigs(zk)
         self.quotas = quotas
 
     async def alter(self, changes: dict[Entity, dict[str, float | None]]) -> None:
         for ent, ops in changes.items():
             path = _zk_path(ent)
-            config = await self.zk.get_entity_config(path)
+            config = await self.configs.get_entity_config(path)
             for key, value in ops.items():
                 if value is None:
                     config.pop(key, None)
                 else:
                     config[key] = repr(float(value))
-            await self.zk.set_entity_config(path, config)
+            await self.configs.set_entity_config(path, config)
         await self.refresh()
 
     async def refresh(self) -> None:
         entries: dict[Entity, dict[str, float]] = {}
-        for path, config in await self.zk.get_quota_configs():
+        for path, config in await self.configs.get_quota_configs():
             values = {k: float(v) for k, v in config.items() if k in KEYS}
             if not values:
                 continue

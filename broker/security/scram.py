@@ -34,6 +34,8 @@ from typing import Any, Protocol
 
 import trio
 
+from replication.zk_configs import ZkConfigs
+from replication.zookeeper import ZkClient
 from storage.log import checkpoint
 
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -156,16 +158,17 @@ def _write_private(path: str, text: str) -> None:
 class ZkCredentialStore:
     """Credentials in ZooKeeper (``/config/users/<name>``), as Kafka keeps them."""
 
-    def __init__(self, zk: Any) -> None:
+    def __init__(self, zk: ZkClient) -> None:
         self.zk = zk
+        self.configs = ZkConfigs(zk)
 
     async def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        return _parse_entries(await self.zk.get_user_config(user)).get(mechanism)
+        return _parse_entries(await self.configs.get_user_config(user)).get(mechanism)
 
     async def users(self) -> dict[str, dict[str, ScramCredential]]:
         out = {}
-        for user in await self.zk.get_users():
-            found = _parse_entries(await self.zk.get_user_config(user))
+        for user in await self.configs.get_users():
+            found = _parse_entries(await self.configs.get_user_config(user))
             if found:
                 out[user] = found
         return out
@@ -178,13 +181,13 @@ class ZkCredentialStore:
         for user, mechanism, upsert in upserts:
             changes.setdefault(user, []).append((mechanism, upsert))
         for user, items in changes.items():
-            config = await self.zk.get_user_config(user)
+            config = await self.configs.get_user_config(user)
             for mechanism, change in items:
                 if change is None:
                     config.pop(mechanism, None)
                 else:
                     config[mechanism] = change.to_text()
-            await self.zk.set_user_config(user, config)
+            await self.configs.set_user_config(user, config)
 
 
 # -- the exchange -----------------------------------------------------------------------

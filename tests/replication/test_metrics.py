@@ -226,7 +226,7 @@ class FakeChannel:
         pass
 
 
-class FakeZk:
+class FakePartitionStates:
     """Partition state writes always succeed (version + 1, at a growing zxid)."""
 
     zxid = 1000
@@ -247,7 +247,8 @@ def broker(node: int, epoch: int = 1) -> RegisteredBroker:
 
 async def test_broker_changes_are_timed_and_unclean_elections_counted(autojump_clock):
     config = BrokerConfig.from_mapping({"node.id": "1"})
-    controller = Controller(config, FakeZk(), FakeChannel())  # type: ignore[arg-type]
+    controller = Controller(config, None, FakeChannel())  # type: ignore[arg-type]
+    controller.partition_states = FakePartitionStates()  # type: ignore[assignment]
     ctx = controller.ctx
     ctx.brokers = {n: broker(n).endpoint for n in (1, 2, 3)}
     ctx.broker_epochs = dict.fromkeys((1, 2, 3), 1)
