@@ -26,7 +26,7 @@ import structlog
 import trio
 
 from broker import loop_monitor, zero_copy
-from broker.context import BrokerContext, Session, client_host, session
+from broker.context import BrokerContext, Session
 from broker.deferred import Deferred
 from broker.handlers import HANDLERS
 from broker.security import ListenerSecurity, throttling
@@ -89,8 +89,10 @@ class Connection:
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
-        self.session = (Session(listener.name, listener.security_protocol, host=host)
-                        if listener is not None else Session(host=host))
+        client_host = "/" + self.peer.rpartition(":")[0]
+        self.session = (Session(listener.name, listener.security_protocol, host=host,
+                                client_host=client_host)
+                        if listener is not None else Session(host=host, client_host=client_host))
         # Until TLS and SASL are done, the connection lives under this deadline.
         self.setup_scope = trio.CancelScope()
         self.sasl = (SaslAuthenticator(security.sasl)
@@ -106,7 +108,6 @@ class Connection:
 
     async def serve(self) -> None:
         ip = self.peer.rpartition(":")[0]
-        client_host.set("/" + ip)
         limits = self.security.limits if self.security is not None else None
         if limits is None:
             await self._serve()
@@ -139,7 +140,6 @@ class Connection:
                         await self._tls_handshake(self.security.tls)
                 if self.sasl is None:
                     self._setup_done()
-                session.set(self.session)
                 await self._loop()
             if self.setup_scope.cancelled_caught:
                 log.warning("closing connection", peer=self.peer, listener=self.listener,
@@ -407,7 +407,6 @@ class Connection:
                       principal=sasl.principal)
             return
         self.session = replace(self.session, principal=sasl.principal)
-        session.set(self.session)
         self._setup_done()
         self.ctx.metrics.authentications.labels(self.listener, sasl.mechanism).inc()
         log.debug("client authenticated", peer=self.peer, listener=self.listener,
@@ -442,10 +441,10 @@ class Connection:
         handler = HANDLERS[header.api_key]
         try:
             if self.ctx.acls is None:
-                response = await handler(self.ctx, header, request)
+                response = await handler(self.ctx, header, request, self.session)
             else:
                 response = await authorize_and_handle(self.ctx, self.ctx.acls.authorizer,
-                                                      header, request, handler)
+                                                      header, request, self.session, handler)
         except BaseException as exc:
             self._handler_done(header, spec, started, exc)
             raise AssertionError("unreachable") from None
