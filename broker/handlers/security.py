@@ -5,7 +5,7 @@ AlterUserScramCredentials, KIP-554), and client quota administration
 client-id, a null name being the default).
 
 A connection authenticating on a SASL listener has its SASL requests taken by
-the server (``broker.server`` with ``broker.security.sasl``) before handlers
+the server (``broker.server`` with ``broker.security.sasl_session``) before handlers
 run; what reaches these handlers came on a listener without SASL or after
 authentication finished, and gets ILLEGAL_SASL_STATE, as from Kafka.
 
