@@ -37,7 +37,7 @@ from config import BrokerConfig
 from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
 from replication.metadata_cache import BrokerEndpoint
-from replication.peer import Peer
+from replication.peer import Connector
 from replication.replica_manager import ReplicaManager
 
 log = structlog.get_logger(__name__)
@@ -69,13 +69,14 @@ def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
     return ctx, node
 
 
-async def build_cluster(config: BrokerConfig) -> BrokerContext:
+async def build_cluster(config: BrokerConfig, connector: Connector | None) -> BrokerContext:
     """Connect to ZooKeeper and open the logs of the topics it knows; the
-    coordinators follow the leadership of their internal topics' partitions."""
-    node = await open_cluster_node(config)
+    coordinators follow the leadership of their internal topics' partitions.
+    ``connector`` secures every connection to another broker (None: plain TCP)."""
+    node = await open_cluster_node(config, connector)
     groups = GroupCoordinator(config, node.internal.offsets, follow_leadership=True)
     markers = MarkerWriter(config["node.id"], node.replicas, node.metadata,
-                           config["request.timeout.ms"])
+                           config["request.timeout.ms"], connector)
     transactions = TransactionCoordinator(config, node.internal.transactions, groups, markers,
                                           node.admin.allocate_producer_id,
                                           follow_leadership=True)
@@ -89,9 +90,12 @@ async def run(config: BrokerConfig) -> None:
     tiering = None
     node: SingleNode | None = None
     if config["zookeeper.connect"]:
-        ctx = await build_cluster(config)
+        # The inter-broker listener's security, from the client side: for
+        # every connection to another broker (controller, fetchers, markers).
+        connector = build_peer_connector(config)
+        ctx = await build_cluster(config, connector)
         tiering = build_tiering(config, ctx.admin, ctx.metadata, ctx.replicas,
-                                ctx.metrics.registry, cluster=True)
+                                ctx.metrics.registry, cluster=True, connector=connector)
     else:
         ctx, node = build(config)
         tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
@@ -112,7 +116,6 @@ async def run(config: BrokerConfig) -> None:
     securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
                                           limits)
                   for listener in config.listeners.bind]
-    Peer.connector = build_peer_connector(config) if config["zookeeper.connect"] else None
     # What start-up built (modules, the protocol's schemas, the recovered
     # logs) lives as long as the process: frozen, it is left out of every full
     # garbage collection, each of which would otherwise walk it again.

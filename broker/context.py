@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass, field
 
 from broker.coordinator import GroupCoordinator
@@ -48,31 +47,24 @@ class BrokerContext:
         return self.metadata.cluster_id
 
 
-# The peer of the connection whose request is being handled, as Kafka prints
-# it ("/127.0.0.1"; JoinGroup records it as the member's client host). Set by
-# the server in each connection's task, so every request sees its own.
-client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-
-
 @dataclass(frozen=True, slots=True)
 class Session:
     """One connection's side of a request: the listener it came through, its
-    security protocol, and who it authenticated as (Kafka's principal)."""
+    security protocol, and who it authenticated as (Kafka's principal).
+
+    The server passes each request's session to its handler explicitly (the
+    handler's last argument); handlers called directly (unit tests) pass
+    ``NO_SESSION``: no listener, so brokers are reported as brokers see them.
+    """
 
     listener: str | None = None
     security_protocol: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
     # The client's address (what ACL host entries match).
     host: str = ""
+    # The client's address as Kafka prints it ("/127.0.0.1"; JoinGroup records
+    # it as the member's client host).
+    client_host: str = ""
 
 
-# The session of the connection whose request is being handled; set by the
-# server in each connection's task (default: no listener, as in unit tests
-# calling handlers directly, where brokers are reported as brokers see them).
 NO_SESSION = Session()
-session: contextvars.ContextVar[Session] = contextvars.ContextVar("session", default=NO_SESSION)
-
-
-def current_listener() -> str | None:
-    """The listener the request being handled came through."""
-    return session.get().listener

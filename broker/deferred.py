@@ -12,9 +12,9 @@ So such a handler returns a ``Deferred``: its effects are done, and
 ``finish()`` waits for what the answer needs and returns the response. The
 connection starts ``finish`` as a task of its own, goes on with the next
 request, and sends the answers in request order as they complete
-(``broker.server``). Only what is already in order may be deferred: the
-appends happened in the handler, so the order of records in the log is the
-order of the requests, as before.
+(``broker.server``, ``broker.answers``). Only what is already in order may be
+deferred: the appends happened in the handler, so the order of records in the
+log is the order of the requests, as before.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ handle one request of a connection at a time, so responses go out in
 request order. A connection reads what the socket has, decodes every
 complete frame, handles each, and writes their responses with one send.
 
+Before its requests, a connection goes through its listener's TLS and SASL
+(and, with KIP-368, re-authenticates): where it stands is a transition table
+(``broker.security.session_state``), and the work of each step is done by a
+collaborator (``tls_accept``, ``sasl_session``; quota muting: ``muting``).
+
 Bad input never reaches past its own connection: an oversized frame, an
 undecodable header or body, or an unsupported API/version (other than
 ApiVersions, which gets the v0 fallback answer) closes that connection with a
@@ -18,29 +23,28 @@ from __future__ import annotations
 import math
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 import trio
 
 from broker import loop_monitor, zero_copy
-from broker.context import BrokerContext, Session, client_host, session
+from broker.answers import Answer, Later, send_answers
+from broker.closing import CloseConnection, reject
+from broker.context import BrokerContext, Session
 from broker.deferred import Deferred
 from broker.handlers import HANDLERS
-from broker.security import ListenerSecurity, throttling
+from broker.security import ListenerSecurity, tls_accept
 from broker.security.guards import authorize_and_handle
-from broker.security.principal_rules import NoMatchingRule
-from broker.security.sasl import SaslAuthenticator, SaslFailure
-from broker.security.scram import AuthenticationFailed
-from broker.security.tls import ANONYMOUS, ServerTls, principal_of
-from broker.security.tls_stream import TlsStream, failure_reason
-from config.security import SASL_MECHANISMS
+from broker.security.muting import QuotaMute, quotas_apply
+from broker.security.sasl_session import SaslSession, Step
+from broker.security.session_state import SASL_EXCHANGE, S, SessionMachine, SessionState
+from broker.security.tls import ServerTls
 from protocol import api
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameTooLarge
-from storage.log.file_slice import ShortFileSlice
 
 log = structlog.get_logger(__name__)
 
@@ -49,31 +53,15 @@ log = structlog.get_logger(__name__)
 RECEIVE_BYTES = 256 * 1024
 
 
-# Failure reasons counted as themselves; any other is "invalid_credentials"
-# (messages may carry user input and must not become label values).
-_BOUNDED_REASONS = frozenset({"unsupported mechanism", "second SaslHandshake"})
-
-
-class CloseConnection(Exception):
-    """Stop serving this connection (after logging why)."""
-
-
-class Later:
-    """An answer still to come in a connection's queue of answers (see
-    ``broker.deferred``): ``await finish()`` gives its encoded parts."""
-
-    __slots__ = ("finish",)
-
-    def __init__(self, finish: Callable[[], Awaitable[bytes | list[zero_copy.Part] | None]]
-                 ) -> None:
-        self.finish = finish
-
-
-# What handling one request gives the connection to send.
-Answer = bytes | list[zero_copy.Part] | Later | None
-
-
 class Connection:
+    """One client connection: set up (TLS, SASL) and served until it closes.
+
+    Where the session stands is ``self.machine`` (``session_state``: every
+    move checked against its table); TLS (``tls_accept``), SASL and KIP-368
+    (``sasl_session``) and quota muting (``muting``) are collaborators it
+    calls, each returning what happened for the connection to act on.
+    """
+
     def __init__(self, ctx: BrokerContext, stream: trio.SocketStream,
                  security: ListenerSecurity | None = None) -> None:
         self.ctx = ctx
@@ -89,24 +77,19 @@ class Connection:
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
-        self.session = (Session(listener.name, listener.security_protocol, host=host)
-                        if listener is not None else Session(host=host))
-        # Until TLS and SASL are done, the connection lives under this deadline.
+        client_host = "/" + self.peer.rpartition(":")[0]
+        self.session = (Session(listener.name, listener.security_protocol, host=host,
+                                client_host=client_host)
+                        if listener is not None else Session(host=host, client_host=client_host))
+        self.machine = SessionMachine()
+        # Until the session is first AUTHENTICATED, the connection lives under this deadline.
         self.setup_scope = trio.CancelScope()
-        self.sasl = (SaslAuthenticator(security.sasl)
+        self.sasl = (SaslSession(security, ctx.metrics, self.peer, self.listener)
                      if security is not None and security.sasl is not None else None)
-        # Set by a failed authentication: answer, then close.
-        self.close_after_send = False
-        # A client over its quota is not read from until then (KIP-219).
-        self.mute_until = 0.0
-        # KIP-368: when the authenticated session ends (trio time; inf: never),
-        # and a re-authentication under way.
-        self.session_ends = math.inf
-        self.reauth: SaslAuthenticator | None = None
+        self.mute = QuotaMute()
 
     async def serve(self) -> None:
         ip = self.peer.rpartition(":")[0]
-        client_host.set("/" + ip)
         limits = self.security.limits if self.security is not None else None
         if limits is None:
             await self._serve()
@@ -136,10 +119,8 @@ class Connection:
                     self.setup_scope.deadline = (trio.current_time()
                                                  + self.security.setup_timeout_s)
                     if self.security.tls is not None:
-                        await self._tls_handshake(self.security.tls)
-                if self.sasl is None:
-                    self._setup_done()
-                session.set(self.session)
+                        await self._tls(self.security.tls)
+                self._move(S.AUTHENTICATING if self.sasl is not None else S.AUTHENTICATED)
                 await self._loop()
             if self.setup_scope.cancelled_caught:
                 log.warning("closing connection", peer=self.peer, listener=self.listener,
@@ -161,42 +142,40 @@ class Connection:
                 scope.shield = True
                 await self.stream.aclose()
 
-    def _setup_done(self) -> None:
-        """TLS and authentication are finished: no setup deadline any more."""
-        self.setup_scope.deadline = math.inf
+    def _move(self, to: SessionState) -> SessionState:
+        """Move the session (returns the state left); once AUTHENTICATED, no
+        setup deadline any more."""
+        left = self.machine.move(to)
+        if to is S.AUTHENTICATED:
+            self.setup_scope.deadline = math.inf
+        return left
 
-    async def _tls_handshake(self, tls: ServerTls) -> None:
-        stream = TlsStream(self.socket_stream, tls.context())
+    async def _tls(self, tls: ServerTls) -> None:
+        """The TLS handshake; the session takes the certificate's principal.
+
+        Raises:
+            CloseConnection: the handshake failed or the certificate maps to
+                no principal (logged and counted by ``tls_accept``).
+        """
+        self._move(S.TLS_HANDSHAKE)
         try:
-            await stream.do_handshake()
-        except trio.BrokenResourceError as exc:
-            reason = failure_reason(exc.__cause__)
-            log.warning("TLS handshake failed", peer=self.peer, listener=self.listener,
-                        reason=reason)
-            self.ctx.metrics.failed_authentications.labels(self.listener, "TLS", reason).inc()
-            raise CloseConnection("tls_handshake") from None
-        self.stream = stream
-        try:
-            principal = principal_of(stream, tls.mapper)
-        except NoMatchingRule as exc:
-            log.warning("TLS client refused", peer=self.peer, listener=self.listener,
-                        reason=str(exc))
-            self.ctx.metrics.failed_authentications.labels(
-                self.listener, "TLS", "no_matching_principal_rule").inc()
-            raise CloseConnection("tls_principal") from None
+            # Closed as TLS from here on, even if its principal is refused.
+            self.stream = await tls_accept.handshake(self.socket_stream, tls, self.ctx.metrics,
+                                                     self.peer, self.listener)
+            principal = tls_accept.principal(self.stream, tls, self.ctx.metrics, self.peer,
+                                             self.listener)
+        except tls_accept.TlsRefused as exc:
+            self._move(S.CLOSING)
+            raise CloseConnection(exc.reason) from None
         self.session = replace(self.session, principal=principal)
-        if principal != ANONYMOUS:
-            self.ctx.metrics.authentications.labels(self.listener, "TLS").inc()
-            log.debug("TLS client authenticated", peer=self.peer, principal=principal)
 
     async def _loop(self) -> None:
         idle_s = self.security.idle_timeout_s if self.security is not None else math.inf
         drained = True  # the decoder holds no complete frame we stopped before
         while True:
-            if self.mute_until > trio.current_time():
-                # Over a quota: neither read nor handle until the throttle ends
-                # (pipelined requests already read wait too, as in Kafka).
-                await trio.sleep_until(self.mute_until)
+            # Over a quota: neither read nor handle until the throttle ends
+            # (pipelined requests already read wait too, as in Kafka).
+            await self.mute.wait()
             if drained:
                 with trio.move_on_after(idle_s) as idle:
                     data = await self.stream.receive_some(RECEIVE_BYTES)
@@ -228,7 +207,7 @@ class Connection:
                         out.append(response)
                     elif response is not None:
                         out.append(response)
-                    if self.close_after_send or self.mute_until > trio.current_time():
+                    if self.machine.state is S.CLOSING or self.mute.active():
                         break
             except CloseConnection:
                 # Requests before the bad one were handled (a produce may be
@@ -242,65 +221,33 @@ class Connection:
                 raise
             if out:
                 await self._send(out)
-            if self.close_after_send:
+            if self.machine.state is S.CLOSING:
                 raise CloseConnection("authentication_failed")
 
     async def _send(self, out: list[zero_copy.Part | Later]) -> None:
-        """Send the answers in order; what is ready before an answer still to
-        come goes out first, then that one once it is ready, and so on."""
-        ready: list[zero_copy.Part] = []
-        for i, item in enumerate(out):
-            if not isinstance(item, Later):
-                ready.append(item)
-                continue
-            if ready:
-                await self._send_parts(ready)
-                ready = []
-            try:
-                answer = await item.finish()
-            except BaseException:
-                zero_copy.close_parts(out[i + 1:])
-                raise
-            if isinstance(answer, list):
-                ready.extend(answer)
-            elif answer is not None:
-                ready.append(answer)
-        if ready:
-            await self._send_parts(ready)
+        await send_answers(self.stream, out, self.ctx.metrics, self.peer)
 
-    async def _send_parts(self, parts: list[zero_copy.Part]) -> None:
-        try:
-            from_files = await zero_copy.send_parts(self.stream, parts)
-        except ShortFileSlice as exc:
-            self._reject("short_file_slice", str(exc))
-        if from_files:
-            self.ctx.metrics.sendfile_bytes.inc(from_files)
-
-    def _reject(self, reason: str, detail: str, **fields: Any) -> None:
-        log.warning("closing connection", peer=self.peer, reason=reason, detail=detail, **fields)
-        self.ctx.metrics.protocol_errors.labels(reason).inc()
-        raise CloseConnection(reason)
+    def _reject(self, reason: str, detail: str, **fields: Any) -> NoReturn:
+        reject(self.ctx.metrics, self.peer, reason, detail, **fields)
 
     async def _handle(self, frame: bytes) -> Answer:
-        sasl = self.reauth or self.sasl
-        if sasl is not None and not sasl.complete:
-            return await self._authenticate(frame, sasl)
-        if self.session_ends < math.inf:
+        if self.machine.state in SASL_EXCHANGE:
+            return await self._authenticate(frame)
+        if self.sasl is not None and self.sasl.expires():
             return await self._handle_in_session(frame)
         return await self._handle_request(frame)
 
     async def _handle_in_session(self, frame: bytes) -> Answer:
         """KIP-368: a SaslHandshake starts a re-authentication; anything else
         after the session's end closes the connection."""
-        assert self.security is not None and self.security.sasl is not None
+        assert self.sasl is not None
         key, version = struct.unpack_from(">hh", frame) if len(frame) >= 4 else (-1, -1)
         if key == api.SASL_HANDSHAKE_KEY:
-            if version < 1:
-                self._reject("sasl_state", "re-authentication needs SaslHandshake v1 or later",
-                             listener=self.listener)
-            self.reauth = SaslAuthenticator(self.security.sasl)
-            return await self._authenticate(frame, self.reauth)
-        if trio.current_time() >= self.session_ends:
+            self.sasl.start_reauth(version)
+            self._move(S.REAUTHENTICATING)
+            return await self._authenticate(frame)
+        if self.sasl.expired():
+            self._move(S.EXPIRED)
             log.info("closing connection", peer=self.peer, listener=self.listener,
                      reason="session_expired", principal=self.session.principal,
                      detail="not re-authenticated within connections.max.reauth.ms")
@@ -308,110 +255,28 @@ class Connection:
             raise CloseConnection("session_expired")
         return await self._handle_request(frame)
 
-    async def _exchange(self, sasl: SaslAuthenticator, token: bytes) -> bytes:
-        """One SASL token's answer; a re-authentication must keep the
-        connection's principal and mechanism (as in Kafka).
-
-        Raises:
-            AuthenticationFailed: wrong credentials, or another principal.
-        """
-        answer = await sasl.exchange(token)
-        if sasl.complete and sasl is self.reauth and self.sasl is not None and (
-                sasl.principal != self.session.principal
-                or sasl.mechanism != self.sasl.mechanism):
-            raise AuthenticationFailed("re-authentication cannot change the principal or "
-                                       "mechanism")
+    async def _authenticate(self, frame: bytes) -> Answer:
+        """A frame of the SASL exchange (see ``broker.security.sasl`` for what
+        is allowed); ApiVersions is served as at any time."""
+        assert self.sasl is not None
+        if self.sasl.raw_tokens:
+            answer, step = await self.sasl.raw_token(frame)
+        else:
+            header = self._header(frame)
+            if isinstance(header, bytes):
+                return header
+            if header.api_key == api.API_VERSIONS_KEY:
+                return await self._handle_request(frame, header)
+            answer, step = await self.sasl.answer(header, frame)
+        if step is Step.FAILED:
+            self._move(S.CLOSING)
+            if answer is None:
+                raise CloseConnection("authentication_failed")
+        elif step is Step.DONE:
+            if self._move(S.AUTHENTICATED) is S.AUTHENTICATING:
+                assert self.sasl.principal is not None
+                self.session = replace(self.session, principal=self.sasl.principal)
         return answer
-
-    # -- SASL ------------------------------------------------------------------------
-
-    async def _authenticate(self, frame: bytes, sasl: SaslAuthenticator) -> Answer:
-        """A frame of a connection that has not authenticated yet (see
-        ``broker.security.sasl`` for what is allowed)."""
-        if sasl.raw_tokens:
-            try:
-                answer = await self._exchange(sasl, frame)
-            except AuthenticationFailed as exc:
-                # SaslHandshake v0 has no way to carry an error: close.
-                await self._auth_failed(sasl, str(exc))
-                raise CloseConnection("authentication_failed") from None
-            if sasl.complete:
-                self._authenticated(sasl)
-            return struct.pack(">i", len(answer)) + answer
-        header = self._header(frame)
-        if isinstance(header, bytes):
-            return header
-        key, version = header.api_key, header.api_version
-        if key == api.API_VERSIONS_KEY:
-            return await self._handle_request(frame, header)
-        allowed = ((key == api.SASL_HANDSHAKE_KEY and not sasl.handshaken)
-                   or (key == api.SASL_AUTHENTICATE_KEY and sasl.handshaken))
-        if not allowed:
-            self._reject("sasl_state", "unexpected Kafka request during SASL authentication",
-                         api_key=key, api_version=version, listener=self.listener)
-        try:
-            request = api.decode_body(header, frame)
-        except api.InvalidRequest as exc:
-            self._reject("invalid_request", str(exc), api_key=key, api_version=version)
-        spec = api.SUPPORTED[key]
-        self.ctx.metrics.requests.labels(spec.name, str(version)).inc()
-        if key == api.SASL_HANDSHAKE_KEY:
-            try:
-                response = sasl.handshake(version, request, spec.response[version])
-            except SaslFailure as failure:
-                self.ctx.metrics.error(spec.name, failure.response.error_code)
-                await self._auth_failed(sasl, failure.reason, failure.mechanism)
-                self.close_after_send = True
-                response = failure.response
-            return api.encode_response(header, response)
-        resp_cls = spec.response[version]
-        try:
-            token = await self._exchange(sasl, request.auth_bytes or b"")
-        except AuthenticationFailed as exc:
-            self.ctx.metrics.error(spec.name, ErrorCode.SASL_AUTHENTICATION_FAILED)
-            await self._auth_failed(sasl, str(exc))
-            self.close_after_send = True
-            return api.encode_response(header, resp_cls(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(exc),
-                auth_bytes=b"", session_lifetime_ms=0))
-        lifetime_ms = 0
-        if sasl.complete:
-            self._authenticated(sasl)
-            assert self.security is not None
-            lifetime_ms = int(self.security.reauth_s * 1000)
-        return api.encode_response(header, resp_cls(error_code=0, error_message=None,
-                                                    auth_bytes=token,
-                                                    session_lifetime_ms=lifetime_ms))
-
-    async def _auth_failed(self, sasl: SaslAuthenticator, reason: str,
-                           mechanism: str | None = None) -> None:
-        """Log and count a failed authentication, then wait Kafka's delay."""
-        mechanism = mechanism or sasl.mechanism or "-"
-        log.warning("authentication failed", peer=self.peer, listener=self.listener,
-                    mechanism=mechanism, user=sasl.user, reason=reason)
-        label = reason if reason in _BOUNDED_REASONS else "invalid_credentials"
-        self.ctx.metrics.failed_authentications.labels(
-            self.listener, mechanism if mechanism in SASL_MECHANISMS else "-", label).inc()
-        assert self.security is not None
-        await trio.sleep(self.security.failed_auth_delay_s)
-
-    def _authenticated(self, sasl: SaslAuthenticator) -> None:
-        assert sasl.principal is not None and sasl.mechanism is not None
-        assert self.security is not None
-        if self.security.reauth_s > 0:
-            self.session_ends = trio.current_time() + self.security.reauth_s
-        if sasl is self.reauth:
-            self.sasl, self.reauth = sasl, None
-            self.ctx.metrics.reauthentications.labels(self.listener, sasl.mechanism).inc()
-            log.debug("client re-authenticated", peer=self.peer, listener=self.listener,
-                      principal=sasl.principal)
-            return
-        self.session = replace(self.session, principal=sasl.principal)
-        session.set(self.session)
-        self._setup_done()
-        self.ctx.metrics.authentications.labels(self.listener, sasl.mechanism).inc()
-        log.debug("client authenticated", peer=self.peer, listener=self.listener,
-                  mechanism=sasl.mechanism, principal=sasl.principal)
 
     def _header(self, frame: bytes) -> api.RequestHeader | bytes:
         """The frame's request header, or the answer to an unsupported version
@@ -442,15 +307,15 @@ class Connection:
         handler = HANDLERS[header.api_key]
         try:
             if self.ctx.acls is None:
-                response = await handler(self.ctx, header, request)
+                response = await handler(self.ctx, header, request, self.session)
             else:
                 response = await authorize_and_handle(self.ctx, self.ctx.acls.authorizer,
-                                                      header, request, handler)
+                                                      header, request, self.session, handler)
         except BaseException as exc:
             self._handler_done(header, spec, started, exc)
             raise AssertionError("unreachable") from None
         if isinstance(response, Deferred):
-            if not self._quotas_apply():
+            if not quotas_apply(self.ctx):
                 return Later(lambda: self._answer(header, spec, request, len(frame), started,
                                                   response.finish()))
             # A throttled client is muted before its next request is read
@@ -458,9 +323,6 @@ class Connection:
             return await self._answer(header, spec, request, len(frame), started,
                                       response.finish())
         return await self._answer(header, spec, request, len(frame), started, None, response)
-
-    def _quotas_apply(self) -> bool:
-        return self.ctx.quotas is not None and bool(self.ctx.quotas.quotas.entries)
 
     async def _answer(self, header: api.RequestHeader, spec: Any, request: Any, size: int,
                       started: float, pending: Awaitable[Any] | None,
@@ -470,12 +332,9 @@ class Connection:
         try:
             if pending is not None:
                 response = await pending
-            if response is not None and self._quotas_apply():
-                throttle_ms = throttling.apply(self.ctx, self.session, header, request,
-                                               response, size, time.perf_counter() - started)
-                if throttle_ms > 0:
-                    self.mute_until = max(self.mute_until,
-                                          trio.current_time() + throttle_ms / 1000)
+            if response is not None and quotas_apply(self.ctx):
+                self.mute.record(self.ctx, self.session, header, request, response, size,
+                                 time.perf_counter() - started)
             encoded: bytes | list[zero_copy.Part] | None
             if isinstance(response, api.WrappedResponse):
                 encoded = response.encode(header, spec.is_flexible(header.api_version))

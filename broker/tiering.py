@@ -31,7 +31,7 @@ from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
 from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
 from replication.local_admin import LocalTopicAdmin
 from replication.metadata_cache import MetadataCache
-from replication.peer import PeerPool
+from replication.peer import Connector, PeerPool
 from replication.remote_metadata_log import ClusterMetadataLog, ReplicaMetadataLog
 from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
@@ -83,7 +83,7 @@ class Tiering:
 
 
 def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
-                replicas: ReplicaManager, cluster: bool) -> Any:
+                replicas: ReplicaManager, cluster: bool, connector: Connector | None) -> Any:
     settings = plugin_configs(config.values, RLMM_PREFIX)
     class_name = config[RLMM_CLASS_KEY]
     if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
@@ -104,7 +104,8 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
         node_id = config["node.id"]
         timeout_ms = config["request.timeout.ms"]
         metadata_log = (ClusterMetadataLog(topic, node_id, metadata,
-                                           PeerPool(metadata, f"rlmm-{node_id}", timeout_ms),
+                                           PeerPool(metadata, f"rlmm-{node_id}", timeout_ms,
+                                                    connector),
                                            timeout_ms)
                         if cluster else ReplicaMetadataLog(topic))
         return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir,
@@ -118,9 +119,10 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
 
 
 def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
-                  replicas: ReplicaManager, registry: Any, cluster: bool = False
-                  ) -> Tiering | None:
-    """The tiering stack, or None when the broker has tiering off.
+                  replicas: ReplicaManager, registry: Any, cluster: bool = False,
+                  connector: Connector | None = None) -> Tiering | None:
+    """The tiering stack, or None when the broker has tiering off (in cluster
+    mode, ``connector`` secures its connections to other brokers).
 
     Raises:
         ConfigError: an unloadable or misconfigured manager.
@@ -133,7 +135,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
     rsm_settings, chunk_settings = chunk_cache.split_settings(rsm_settings)
     rsm = load_rsm(rsm_class, rsm_settings)
-    rlmm = _build_rlmm(config, admin, metadata, replicas, cluster)
+    rlmm = _build_rlmm(config, admin, metadata, replicas, cluster, connector)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
                               chunk_settings)
     processes = copy_processes(config["tierd.remote.copy.processes"], rsm)

@@ -43,7 +43,7 @@ from replication.internal_topics import INTERNAL_TOPICS, InternalTopics
 from replication.isr import IsrManager
 from replication.metadata import META_FILE, LocalMetadataStore, TopicInfo
 from replication.metadata_cache import BrokerEndpoint, MetadataCache, PartitionState
-from replication.peer import Peer, PeerError
+from replication.peer import Connector, Peer, PeerError
 from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
 from replication.zk_configs import ZkConfigs
@@ -78,6 +78,8 @@ class ClusterNode:
     controller: Controller
     fetchers: FetcherManager
     isr: IsrManager
+    # How connections to other brokers are secured (None: plain TCP).
+    connector: Connector | None = None
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     controller_epoch: int = -1
@@ -283,7 +285,8 @@ class ClusterNode:
         if endpoint is None:
             return None
         return Peer(endpoint.node_id, endpoint.host, endpoint.port, f"broker-{self.node_id}",
-                    request_timeout_ms=self.config["controller.socket.timeout.ms"])
+                    request_timeout_ms=self.config["controller.socket.timeout.ms"],
+                    connector=self.connector)
 
     def peer_for(self, leader: int, fetcher_id: int) -> Peer | None:
         endpoint = self.metadata.broker(leader)
@@ -291,7 +294,8 @@ class ClusterNode:
             return None
         return Peer(leader, endpoint.host, endpoint.port,
                     f"replica-fetcher-{self.node_id}-{fetcher_id}",
-                    request_timeout_ms=self.config["replica.socket.timeout.ms"])
+                    request_timeout_ms=self.config["replica.socket.timeout.ms"],
+                    connector=self.connector)
 
 
 def meta_cluster_id(log_dir: str) -> str | None:
@@ -307,9 +311,10 @@ def meta_cluster_id(log_dir: str) -> str | None:
     return None
 
 
-async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now_ms
-                            ) -> ClusterNode:
-    """Connect to ZooKeeper and assemble the broker's cluster-mode parts.
+async def open_cluster_node(config: BrokerConfig, connector: Connector | None = None,
+                            clock: Callable[[], int] = now_ms) -> ClusterNode:
+    """Connect to ZooKeeper and assemble the broker's cluster-mode parts;
+    ``connector`` secures their connections to other brokers (None: plain TCP).
 
     Raises:
         ZkConfigError: ZooKeeper unreachable or its chroot missing.
@@ -326,7 +331,8 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     replicas = ReplicaManager(config, LogManager(config, clock))
     replicas.rack_of = lambda broker: (e.rack if (e := metadata.broker(broker)) else None)
     admin = ZkTopicAdmin(config, zk, metadata)
-    channel = ControllerChannel(config["node.id"], config["controller.socket.timeout.ms"])
+    channel = ControllerChannel(config["node.id"], config["controller.socket.timeout.ms"],
+                                connector)
     controller = Controller(config, zk, channel)
     node_holder: list[ClusterNode] = []
 
@@ -336,7 +342,7 @@ async def open_cluster_node(config: BrokerConfig, clock: Callable[[], int] = now
     node = ClusterNode(config, zk, store, metadata, replicas, admin,
                        InternalTopics(config, admin, metadata, replicas), channel, controller,
                        FetcherManager(config, replicas, lambda leader, f: node_holder[0].peer_for(leader, f)),
-                       IsrManager(config, replicas, alter))
+                       IsrManager(config, replicas, alter), connector)
     node_holder.append(node)
     await node.load_logs()
     return node

@@ -33,7 +33,7 @@ from config.listeners import PROTOCOL_IDS
 from protocol import broker_apis as ib
 from replication.elections import LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
-from replication.peer import Peer, PeerError
+from replication.peer import Connector, Peer, PeerError
 
 if TYPE_CHECKING:
     from replication.controller_context import ControllerContext
@@ -67,9 +67,12 @@ def _listeners(e: BrokerEndpoint) -> tuple[ListenerEndpoint, ...]:
 
 
 class ControllerChannel:
-    def __init__(self, node_id: int, timeout_ms: int) -> None:
+    def __init__(self, node_id: int, timeout_ms: int, connector: Connector | None = None
+                 ) -> None:
         self.node_id = node_id
         self.timeout_ms = timeout_ms
+        # How the connections to the brokers are secured (None: plain TCP).
+        self.connector = connector
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._queues: dict[int, deque[tuple[Any, Any, int, Any]]] = {}
         self._wake: dict[int, trio.Event] = {}
@@ -123,7 +126,7 @@ class ControllerChannel:
     async def _send_loop(self, broker: int, endpoint: BrokerEndpoint,
                          scope: trio.CancelScope) -> None:
         peer = Peer(broker, endpoint.host, endpoint.port, f"controller-{self.node_id}",
-                    request_timeout_ms=self.timeout_ms)
+                    request_timeout_ms=self.timeout_ms, connector=self.connector)
         with scope:
             try:
                 while True:

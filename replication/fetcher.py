@@ -456,7 +456,8 @@ class ReplicaFetcher:
         # on by then (the follower lands below it again, and rebuilds forever).
         leader = Peer(self.leader.node_id, self.leader.host, self.leader.port,
                       self.leader.client_id,
-                      request_timeout_ms=int(self.leader.request_timeout * 1000))
+                      request_timeout_ms=int(self.leader.request_timeout * 1000),
+                      connector=self.leader.connector)
         try:
             state = await remote_aux_state.prepare(self.replicas, leader, fp.tp,
                                                    fp.leader_epoch, self.node_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
 import trio
@@ -36,23 +36,26 @@ _RECEIVE_BYTES = 256 * 1024
 DEFAULT_MAX_RESPONSE_BYTES = 128 * 1024 * 1024
 
 
+# How connections to other brokers are secured (the inter-broker listener's
+# TLS and SASL; ``broker.security.client`` builds one): given the TCP stream and
+# the peer's host name, the stream to speak Kafka on. None: plain TCP.
+Connector = Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]]
+
+
 class PeerError(Exception):
     """The request did not get a usable response (always retriable)."""
 
 
 class Peer:
-    # How connections to other brokers are secured (the inter-broker
-    # listener's TLS and SASL): set once at start; None is plain TCP.
-    connector: ClassVar[Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None] \
-        = None
-
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
                  connect_timeout_ms: int = 10_000, request_timeout_ms: int = 30_000,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 connector: Connector | None = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.connector = connector
         self.connect_timeout = connect_timeout_ms / 1000
         self.request_timeout = request_timeout_ms / 1000
         self._max_response = max_response_bytes
@@ -96,8 +99,8 @@ class Peer:
             with trio.fail_after(self.connect_timeout):
                 tcp = await trio.open_tcp_stream(self.host, self.port)
                 try:
-                    self._stream = (tcp if Peer.connector is None
-                                    else await Peer.connector(tcp, self.host))
+                    self._stream = (tcp if self.connector is None
+                                    else await self.connector(tcp, self.host))
                 except BaseException:
                     await tcp.aclose()
                     raise
@@ -130,10 +133,12 @@ class PeerPool:
     one at a time over its connection (``Peer``'s lock).
     """
 
-    def __init__(self, metadata: Any, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(self, metadata: Any, client_id: str, request_timeout_ms: int,
+                 connector: Connector | None = None) -> None:
         self.metadata = metadata
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.connector = connector
         self._peers: dict[int, Peer] = {}
         self._stale: list[Peer] = []
 
@@ -147,7 +152,7 @@ class PeerPool:
             if peer is not None:
                 self._stale.append(peer)
             peer = Peer(node_id, endpoint.host, endpoint.port, self.client_id,
-                        request_timeout_ms=self.request_timeout_ms)
+                        request_timeout_ms=self.request_timeout_ms, connector=self.connector)
             self._peers[node_id] = peer
         return peer
 

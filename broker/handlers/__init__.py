@@ -1,7 +1,9 @@
 """Request handlers, one module per Kafka API family.
 
-A handler is ``async (ctx, header, request) -> response | None``; None means
-no response is sent (Produce with acks=0). Errors caused by the request are
+A handler is ``async (ctx, header, request, session) -> response | None``;
+None means no response is sent (Produce with acks=0). ``session`` is the
+connection's (listener, principal, client address), passed explicitly: no
+handler reads it from anywhere else. Errors caused by the request are
 answered as Kafka error codes inside the response; exceptions escaping a
 handler are our bugs (the connection is closed and the traceback logged).
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.handlers import (
     acls,
     admin_configs,
@@ -34,7 +36,7 @@ from broker.handlers import (
 )
 from protocol.api import RequestHeader
 
-Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
+Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,

@@ -24,7 +24,7 @@ from kafka.protocol.admin import (
     DescribeAclsResponse,
 )
 
-from broker.context import BrokerContext, session
+from broker.context import BrokerContext, Session
 from broker.security.acl import (
     AclBinding,
     AclFilter,
@@ -63,7 +63,7 @@ def _filter(f: Any) -> AclFilter:
                      _enum(Permission, f.permission_type))
 
 
-async def handle_create_acls(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_create_acls(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = CreateAclsResponse[header.api_version]
     result = resp.AclCreationResult
     if ctx.acls is None:
@@ -90,11 +90,11 @@ async def handle_create_acls(ctx: BrokerContext, header: RequestHeader, req: Any
             return resp(throttle_time_ms=0, results=[
                 result(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message="cannot store ACLs")
                 if r.error_code == 0 else r for r in results])
-        log.info("ACLs created", by=session.get().principal, acls=[str(a) for a in valid])
+        log.info("ACLs created", by=session.principal, acls=[str(a) for a in valid])
     return resp(throttle_time_ms=0, results=results)
 
 
-async def handle_describe_acls(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_acls(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = DescribeAclsResponse[header.api_version]
     if ctx.acls is None:
         return resp(throttle_time_ms=0, error_code=DISABLED, error_message=_DISABLED_MESSAGE,
@@ -119,7 +119,7 @@ async def handle_describe_acls(ctx: BrokerContext, header: RequestHeader, req: A
         for (t, n, p), acls in by_resource.items()])
 
 
-async def handle_delete_acls(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_delete_acls(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = DeleteAclsResponse[header.api_version]
     result = resp.DeleteAclsFilterResult
     matching = result.DeleteAclsMatchingAcl
@@ -153,7 +153,7 @@ async def handle_delete_acls(ctx: BrokerContext, header: RequestHeader, req: Any
             continue
         gone = next(deleted)
         if gone:
-            log.info("ACLs deleted", by=session.get().principal, acls=[str(a) for a in gone])
+            log.info("ACLs deleted", by=session.principal, acls=[str(a) for a in gone])
         results.append(result(error_code=0, error_message=None, matching_acls=[matching(
             error_code=0, error_message=None, resource_type=a.resource_type,
             resource_name=a.name, pattern_type=a.pattern, principal=a.principal, host=a.host,

@@ -20,7 +20,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.handlers.describe import describe_broker_configs, describe_topic_configs
 from config import ConfigError, TopicConfigs
 from config.topic import topic_def
@@ -41,7 +41,8 @@ def _check_broker_name(ctx: BrokerContext, name: str) -> None:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name!r}")
 
 
-async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
+                                  req: Any, session: Session) -> Any:
     v = header.api_version
     resp = DescribeConfigsResponse[v]
     result_cls = resp.DescribeConfigsResult
@@ -130,7 +131,7 @@ def _check_tiering_change(current: TopicConfigs, new: TopicConfigs) -> None:
             "remote.log.delete.on.disable=true")
 
 
-async def handle_alter_configs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_alter_configs(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = AlterConfigsResponse[header.api_version]
     result_cls = resp.AlterConfigsResourceResponse
     results = []
@@ -174,7 +175,7 @@ def _incremental(current: TopicConfigs, configs: Any) -> dict[str, str]:
 
 
 async def handle_incremental_alter_configs(ctx: BrokerContext, header: RequestHeader,
-                                           req: Any) -> Any:
+                                           req: Any, session: Session) -> Any:
     resp = IncrementalAlterConfigsResponse[header.api_version]
     result_cls = resp.AlterConfigsResourceResponse
     results = []

@@ -23,7 +23,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.handlers.describe import describe_topic_configs
 from config import ConfigError, TopicConfigs
 from protocol.api import RequestHeader
@@ -84,7 +84,7 @@ def _validate_create(ctx: BrokerContext, t: Any) -> tuple[int, int, dict[str, st
     return partitions, rf, configs
 
 
-async def handle_create_topics(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_create_topics(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = CreateTopicsResponse[v]
     result_cls = resp.CreatableTopicResult
@@ -118,7 +118,7 @@ async def handle_create_topics(ctx: BrokerContext, header: RequestHeader, req: A
     return resp(throttle_time_ms=0, topics=results)
 
 
-async def handle_delete_topics(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_delete_topics(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = DeleteTopicsResponse[v]
     result_cls = resp.DeletableTopicResult
@@ -145,7 +145,8 @@ async def handle_delete_topics(ctx: BrokerContext, header: RequestHeader, req: A
     return resp(throttle_time_ms=0, responses=results)
 
 
-async def handle_create_partitions(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_create_partitions(ctx: BrokerContext, header: RequestHeader,
+                                   req: Any, session: Session) -> Any:
     resp = CreatePartitionsResponse[header.api_version]
     result_cls = resp.CreatePartitionsTopicResult
     results = []
@@ -177,7 +178,7 @@ async def handle_create_partitions(ctx: BrokerContext, header: RequestHeader, re
     return resp(throttle_time_ms=0, results=results)
 
 
-async def handle_delete_records(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_delete_records(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = DeleteRecordsResponse[header.api_version]
     topic_cls = resp.DeleteRecordsTopicResult
     part_cls = topic_cls.DeleteRecordsPartitionResult

@@ -13,21 +13,23 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
 )
 
-from broker.context import BrokerContext, current_listener
+from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 
 
-async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader,
+                                  req: Any, session: Session) -> Any:
     resp = DescribeClusterResponse[header.api_version]
     return resp(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                 cluster_id=ctx.cluster_id, controller_id=ctx.metadata.controller_id,
                 brokers=[resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
                                                     port=b.port, rack=b.rack)
-                         for b in ctx.metadata.brokers(current_listener())],
+                         for b in ctx.metadata.brokers(session.listener)],
                 authorized_operations=None)
 
 
-async def handle_describe_log_dirs(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_log_dirs(ctx: BrokerContext, header: RequestHeader,
+                                   req: Any, session: Session) -> Any:
     resp = DescribeLogDirsResponse[header.api_version]
     result_cls = resp.DescribeLogDirsResult
     topic_cls = result_cls.DescribeLogDirsTopic

@@ -27,7 +27,7 @@ import trio
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker import zero_copy
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.handlers import leader_discovery
 from broker.zero_copy import SplicedResponse
 from protocol.api import RequestHeader
@@ -53,7 +53,7 @@ _TOPIC_ID_VERSION = 13
 _CLIENT_METADATA_VERSION = 11
 
 
-async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = FetchResponse[v]
     wanted, topic_ids = _resolve(ctx, req, v)
@@ -74,29 +74,31 @@ async def handle_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> A
             ctx.metrics.error("Fetch", exc.code)
             return resp(throttle_time_ms=0, error_code=exc.code, session_id=NO_SESSION,
                         responses=[])
-        return await _incremental(ctx, resp, v, req, params, topic_ids, incremental)
+        return await _incremental(ctx, resp, v, req, params, topic_ids, incremental,
+                                  session.listener)
     if session_id != NO_SESSION:
         sessions.close(session_id)
-    session: FetchSession | None = None
+    fetch_session: FetchSession | None = None
     if epoch == INITIAL_EPOCH:
-        session = sessions.open(params.is_follower, len(wanted), now)
-    if session is not None:
+        fetch_session = sessions.open(params.is_follower, len(wanted), now)
+    if fetch_session is not None:
         # Watching before the read: an event from here on is read next time.
-        _put(sessions, session, wanted, topic_ids)
+        _put(sessions, fetch_session, wanted, topic_ids)
     results = await ctx.replicas.fetch(params)
-    if session is not None:
+    if fetch_session is not None:
         for p, r in zip(wanted, results, strict=True):
-            cached = session.partitions.get((p.topic, p.partition))
+            cached = fetch_session.partitions.get((p.topic, p.partition))
             if cached is not None:
                 cached.must_respond(r.error, bool(r.records), r.high_watermark,
                                     r.last_stable_offset, r.log_start_offset,
                                     r.diverging_epoch is not None, r.preferred_read_replica)
     return _build(ctx, resp, v, params, topic_ids, results,
-                  session.id if session is not None else NO_SESSION)
+                  fetch_session.id if fetch_session is not None else NO_SESSION, session.listener)
 
 
 async def _incremental(ctx: BrokerContext, resp: Any, v: int, req: Any, params: FetchParams,
-                       topic_ids: list[uuid.UUID | None], session: FetchSession) -> Any:
+                       topic_ids: list[uuid.UUID | None], session: FetchSession,
+                       listener: str | None) -> Any:
     """An incremental request: the session updated with the request's partitions
     and forgotten topics, then answered with what changed."""
     sessions = ctx.replicas.fetch_sessions
@@ -111,7 +113,7 @@ async def _incremental(ctx: BrokerContext, resp: Any, v: int, req: Any, params: 
                                          else None for p, _ in answered]
     results = [FetchResult(p.error) for p, _ in refused] + [r for _, r in answered]
     shown = dataclasses.replace(params, partitions=parts)
-    return _build(ctx, resp, v, shown, ids, results, session.id)
+    return _build(ctx, resp, v, shown, ids, results, session.id, listener)
 
 
 def _put(sessions: FetchSessionCache, session: FetchSession, wanted: list[FetchPartition],
@@ -163,13 +165,14 @@ def _resolve(ctx: BrokerContext, req: Any, v: int
 
 def _build(ctx: BrokerContext, resp: Any, v: int, params: FetchParams,
            topic_ids: list[uuid.UUID | None], results: list[FetchResult],
-           session_id: int) -> Any:
-    """The response; a ``SplicedResponse`` around it when local data comes as
-    file slices (sent with sendfile)."""
+           session_id: int, listener: str | None) -> Any:
+    """The response (leaders named as ``listener`` sees them); a
+    ``SplicedResponse`` around it when local data comes as file slices (sent
+    with sendfile)."""
     spliced = SplicedResponse(None)
     topic_cls = resp.FetchableTopicResponse
     part_cls = topic_cls.PartitionData
-    hints = (leader_discovery.LeaderHints(ctx.metadata)
+    hints = (leader_discovery.LeaderHints(ctx.metadata, listener)
              if v >= leader_discovery.FETCH_VERSION else None)
     # Each topic's partitions together, in the order the response encodes
     # them: the file slices' placeholders must be made in that order.

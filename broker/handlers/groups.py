@@ -33,7 +33,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from broker.context import BrokerContext, client_host, current_listener
+from broker.context import BrokerContext, Session
 from broker.coordinator import GroupCoordinator, admin
 from broker.coordinator.group import JoinRequest
 from protocol.api import RequestHeader
@@ -75,11 +75,12 @@ def not_here(ctx: BrokerContext, group_id: str | None) -> ErrorCode:
 # -- FindCoordinator --------------------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader,
+                                  req: Any, session: Session) -> Any:
     v = header.api_version
     resp = FindCoordinatorResponse[v]
     keys = list(req.coordinator_keys) if v >= 4 else [req.key]
-    found = [await _find(ctx, req.key_type, key) for key in keys]
+    found = [await _find(ctx, req.key_type, key, session.listener) for key in keys]
     if v < 4:
         code, message, node = found[0]
         return resp(throttle_time_ms=0, error_code=code, error_message=message,
@@ -92,7 +93,7 @@ async def handle_find_coordinator(ctx: BrokerContext, header: RequestHeader, req
         for key, (code, message, node) in zip(keys, found, strict=True)])
 
 
-async def _find(ctx: BrokerContext, key_type: int, key: str
+async def _find(ctx: BrokerContext, key_type: int, key: str, listener: str | None
                 ) -> tuple[int, str | None, BrokerEndpoint | None]:
     """The coordinator of ``key``: the leader of its internal-topic partition.
 
@@ -119,7 +120,7 @@ async def _find(ctx: BrokerContext, key_type: int, key: str
         info = ctx.metadata.topic(topic)
     state = (ctx.metadata.partition((topic, partition_for(key, info.partitions)))
              if info is not None else None)
-    node = (ctx.metadata.broker(state.leader, current_listener()) if state is not None
+    node = (ctx.metadata.broker(state.leader, listener) if state is not None
             else None)
     if node is None:
         return (_error(ctx, "FindCoordinator", ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -130,7 +131,7 @@ async def _find(ctx: BrokerContext, key_type: int, key: str
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------
 
 
-async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = JoinGroupResponse[v]
     if code := not_here(ctx, req.group_id):
@@ -141,7 +142,7 @@ async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any)
     result = await coordinator(ctx).join_group(JoinRequest(
         group_id=req.group_id, member_id=req.member_id,
         group_instance_id=req.group_instance_id if v >= 5 else None,
-        client_id=header.client_id or "", client_host=client_host.get(),
+        client_id=header.client_id or "", client_host=session.client_host,
         session_timeout_ms=req.session_timeout_ms, rebalance_timeout_ms=req.rebalance_timeout_ms,
         protocol_type=req.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
@@ -158,7 +159,7 @@ async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any)
                  for m, i, md in result.members])
 
 
-async def handle_sync_group(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_sync_group(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     if code := not_here(ctx, req.group_id):
         return SyncGroupResponse[v](throttle_time_ms=0, error_code=_error(ctx, "SyncGroup", code),
@@ -175,14 +176,14 @@ async def handle_sync_group(ctx: BrokerContext, header: RequestHeader, req: Any)
                                 assignment=result.assignment)
 
 
-async def handle_heartbeat(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_heartbeat(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     code = not_here(ctx, req.group_id) or coordinator(ctx).heartbeat(
         req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None)
     return HeartbeatResponse[v](throttle_time_ms=0, error_code=_error(ctx, "Heartbeat", code))
 
 
-async def handle_leave_group(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_leave_group(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = LeaveGroupResponse[v]
     if v >= 3:
@@ -208,7 +209,7 @@ async def handle_leave_group(ctx: BrokerContext, header: RequestHeader, req: Any
 # -- ListGroups / DescribeGroups / DeleteGroups -------------------------------------
 
 
-async def handle_list_groups(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_list_groups(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = ListGroupsResponse[v]
     listed = admin.list_groups(coordinator(ctx).groups,
@@ -220,7 +221,8 @@ async def handle_list_groups(ctx: BrokerContext, header: RequestHeader, req: Any
         for g in listed])
 
 
-async def handle_describe_groups(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_groups(ctx: BrokerContext, header: RequestHeader,
+                                 req: Any, session: Session) -> Any:
     v = header.api_version
     resp = DescribeGroupsResponse[v]
     group_cls = resp.DescribedGroup
@@ -243,7 +245,7 @@ async def handle_describe_groups(ctx: BrokerContext, header: RequestHeader, req:
     return resp(throttle_time_ms=0, groups=out)
 
 
-async def handle_delete_groups(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_delete_groups(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = DeleteGroupsResponse[v]
     coord = coordinator(ctx)

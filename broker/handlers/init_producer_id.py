@@ -14,7 +14,7 @@ from typing import Any
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.handlers.transactions import coordinator, fenced_for
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
@@ -26,7 +26,8 @@ _EXPECTED_SINCE = 3
 NO_PRODUCER_ID = -1
 
 
-async def handle_init_producer_id(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_init_producer_id(ctx: BrokerContext, header: RequestHeader,
+                                  req: Any, session: Session) -> Any:
     v = header.api_version
     resp = InitProducerIdResponse[v]
     if req.transactional_id is None:

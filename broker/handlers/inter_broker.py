@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from config.listeners import PROTOCOL_NAMES
 from protocol import broker_apis as ib
 from protocol.api import RequestHeader
@@ -28,7 +28,7 @@ def _error(ctx: BrokerContext, api: str, code: ErrorCode) -> ErrorCode:
     return code
 
 
-async def handle_leader_and_isr(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_leader_and_isr(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = ib.LeaderAndIsrResponse[header.api_version]
     if ctx.cluster is None:
         return resp(error_code=_error(ctx, "LeaderAndIsr", ErrorCode.STALE_CONTROLLER_EPOCH),
@@ -49,7 +49,8 @@ async def handle_leader_and_isr(ctx: BrokerContext, header: RequestHeader, req: 
     return resp(error_code=_error(ctx, "LeaderAndIsr", code), topics=topics)
 
 
-async def handle_update_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_update_metadata(ctx: BrokerContext, header: RequestHeader,
+                                 req: Any, session: Session) -> Any:
     resp = ib.UpdateMetadataResponse[header.api_version]
     if ctx.cluster is None:
         return resp(error_code=_error(ctx, "UpdateMetadata", ErrorCode.STALE_CONTROLLER_EPOCH))
@@ -70,7 +71,7 @@ async def handle_update_metadata(ctx: BrokerContext, header: RequestHeader, req:
     return resp(error_code=_error(ctx, "UpdateMetadata", code))
 
 
-async def handle_stop_replica(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_stop_replica(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = ib.StopReplicaResponse[header.api_version]
     if ctx.cluster is None:
         return resp(error_code=_error(ctx, "StopReplica", ErrorCode.STALE_CONTROLLER_EPOCH),
@@ -84,7 +85,7 @@ async def handle_stop_replica(ctx: BrokerContext, header: RequestHeader, req: An
 
 
 async def handle_controlled_shutdown(ctx: BrokerContext, header: RequestHeader,
-                                     req: Any) -> Any:
+                                     req: Any, session: Session) -> Any:
     resp = ib.ControlledShutdownResponse[header.api_version]
     if ctx.cluster is None or not ctx.cluster.controller.active:
         return resp(error_code=_error(ctx, "ControlledShutdown", ErrorCode.NOT_CONTROLLER),
@@ -96,7 +97,8 @@ async def handle_controlled_shutdown(ctx: BrokerContext, header: RequestHeader,
         resp.RemainingPartition(topic_name=t, partition_index=p) for t, p in still])
 
 
-async def handle_alter_partition(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_alter_partition(ctx: BrokerContext, header: RequestHeader,
+                                 req: Any, session: Session) -> Any:
     resp = ib.AlterPartitionResponse[header.api_version]
     if ctx.cluster is None or not ctx.cluster.controller.active:
         return resp(throttle_time_ms=0,

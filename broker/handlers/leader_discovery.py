@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.context import current_listener
 from protocol.errors import ErrorCode
 from replication.metadata_cache import NO_LEADER, BrokerEndpoint, MetadataCache, TopicPartition
 
@@ -38,9 +37,11 @@ FETCH_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEA
 
 @dataclass(slots=True)
 class LeaderHints:
-    """The leaders named in one response, and the endpoints to list with it."""
+    """The leaders named in one response, and the endpoints to list with it
+    (as the request's listener sees them)."""
 
     metadata: MetadataCache
+    listener: str | None
     endpoints: dict[int, BrokerEndpoint] = field(default_factory=dict)
 
     def current_leader(self, tp: TopicPartition, leader_cls: Any) -> Any:
@@ -49,7 +50,7 @@ class LeaderHints:
         state = self.metadata.partition(tp)
         leader, epoch = ((state.leader, state.leader_epoch) if state is not None
                          else (NO_LEADER, UNKNOWN_EPOCH))
-        endpoint = self.metadata.broker(leader, current_listener())
+        endpoint = self.metadata.broker(leader, self.listener)
         if endpoint is not None:
             self.endpoints[endpoint.node_id] = endpoint
         return leader_cls(leader_id=leader, leader_epoch=epoch)

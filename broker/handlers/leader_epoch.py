@@ -6,13 +6,13 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import KafkaApiError
 
 
 async def handle_offset_for_leader_epoch(ctx: BrokerContext, header: RequestHeader,
-                                         req: Any) -> Any:
+                                         req: Any, session: Session) -> Any:
     resp = OffsetForLeaderEpochResponse[header.api_version]
     topic_cls = resp.OffsetForLeaderTopicResult
     part_cls = topic_cls.EpochEndOffset

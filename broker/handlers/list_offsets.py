@@ -7,14 +7,14 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import KafkaApiError
 
 READ_COMMITTED = 1
 
 
-async def handle_list_offsets(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_list_offsets(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = ListOffsetsResponse[v]
     topic_cls = resp.ListOffsetsTopicResponse

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from broker.context import BrokerContext, current_listener
+from broker.context import BrokerContext, Session
 from broker.topic_encodings import EncodedTopic
 from protocol import encoded_items
 from protocol.api import SUPPORTED, RequestHeader, WrappedResponse
@@ -47,10 +47,10 @@ class MetadataAnswer(WrappedResponse):
         return self.layout.encode(header, self.response, items)
 
 
-async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_metadata(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = MetadataResponse[v]
-    listener = current_listener()
+    listener = session.listener
     names = _requested_topics(ctx, req)
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and req.topics is not None
     # Authorized operations are set per principal on each topic message.

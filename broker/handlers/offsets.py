@@ -19,7 +19,7 @@ from kafka.protocol.consumer import (
     OffsetFetchResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.coordinator.group import TopicPartition
 from broker.coordinator.offsets import PartitionCommit
 from broker.handlers.groups import coordinator, not_here
@@ -34,7 +34,7 @@ def _exists(ctx: BrokerContext, tp: TopicPartition) -> bool:
     return ctx.metadata.has_partition(tp)
 
 
-async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = OffsetCommitResponse[v]
     topic_cls = resp.OffsetCommitResponseTopic
@@ -63,7 +63,7 @@ async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: A
                 topics=[topic_cls(name=n, partitions=ps) for n, ps in by_topic.items()])
 
 
-async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = OffsetFetchResponse[v]
     # KIP-447: require_stable (v7+) makes offsets of open transactions UNSTABLE_OFFSET_COMMIT.
@@ -116,7 +116,7 @@ def _fetch(ctx: BrokerContext, topic_cls: Any, group_id: str, topics: Any | None
     return [topic_cls(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
-async def handle_offset_delete(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_offset_delete(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = OffsetDeleteResponse[header.api_version]
     topic_cls = resp.OffsetDeleteResponseTopic
     part_cls = topic_cls.OffsetDeleteResponsePartition

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.deferred import Deferred
 from broker.handlers import leader_discovery
 from protocol import records as batches
@@ -39,7 +39,7 @@ _QUIET_ERRORS = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            ErrorCode.NOT_LEADER_OR_FOLLOWER})
 
 
-async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = ProduceResponse[v]
     topic_cls = resp.TopicProduceResponse
@@ -63,7 +63,7 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
     if req.acks == 0:
         return None
     if not waiting:
-        return _response(ctx, resp, v, topics)
+        return _response(ctx, resp, v, topics, session.listener)
 
     async def replicated() -> Any:
         required = {tp: offset for tp, (_, _, offset) in waiting.items()}
@@ -74,24 +74,26 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any) ->
                 log.info("acks=all produce failed", topic=tp[0], partition=tp[1],
                          error=code.name)
                 parts[i] = _error(ctx, part_cls, tp[1], code, code.name)
-        return _response(ctx, resp, v, topics)
+        return _response(ctx, resp, v, topics, session.listener)
 
     # Appended in request order; the connection goes on with its next request
     # while this one waits for the ISR (see ``broker.deferred``).
     return Deferred(replicated)
 
 
-def _response(ctx: BrokerContext, resp: Any, v: int, topics: list[Any]) -> Any:
+def _response(ctx: BrokerContext, resp: Any, v: int, topics: list[Any],
+              listener: str | None) -> Any:
     if v < leader_discovery.PRODUCE_VERSION:
         return resp(responses=topics, throttle_time_ms=0)
     return resp(responses=topics, throttle_time_ms=0,
-                node_endpoints=_name_leaders(ctx, resp, topics))
+                node_endpoints=_name_leaders(ctx, resp, topics, listener))
 
 
-def _name_leaders(ctx: BrokerContext, resp: Any, topics: list[Any]) -> list[Any]:
+def _name_leaders(ctx: BrokerContext, resp: Any, topics: list[Any], listener: str | None
+                  ) -> list[Any]:
     """KIP-951: the current leader of every partition refused as not led here;
-    returns the leaders' endpoints for the response."""
-    hints = leader_discovery.LeaderHints(ctx.metadata)
+    returns the leaders' endpoints (as ``listener`` sees them) for the response."""
+    hints = leader_discovery.LeaderHints(ctx.metadata, listener)
     leader_cls = resp.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
     for topic in topics:
         for part in topic.partition_responses:

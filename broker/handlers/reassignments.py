@@ -19,7 +19,7 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 
@@ -27,7 +27,7 @@ NOT_CONTROLLER_MESSAGE = "this broker is not the controller"
 
 
 async def handle_alter_reassignments(ctx: BrokerContext, header: RequestHeader,
-                                     req: Any) -> Any:
+                                     req: Any, session: Session) -> Any:
     resp = AlterPartitionReassignmentsResponse[header.api_version]
     topic_cls = resp.ReassignableTopicResponse
     part_cls = topic_cls.ReassignablePartitionResponse
@@ -51,7 +51,7 @@ async def handle_alter_reassignments(ctx: BrokerContext, header: RequestHeader,
 
 
 async def handle_list_reassignments(ctx: BrokerContext, header: RequestHeader,
-                                    req: Any) -> Any:
+                                    req: Any, session: Session) -> Any:
     resp = ListPartitionReassignmentsResponse[header.api_version]
     topic_cls = resp.OngoingTopicReassignment
     part_cls = topic_cls.OngoingPartitionReassignment

@@ -5,7 +5,7 @@ AlterUserScramCredentials, KIP-554), and client quota administration
 client-id, a null name being the default).
 
 A connection authenticating on a SASL listener has its SASL requests taken by
-the server (``broker.server`` with ``broker.security.sasl``) before handlers
+the server (``broker.server`` with ``broker.security.sasl_session``) before handlers
 run; what reaches these handlers came on a listener without SASL or after
 authentication finished, and gets ILLEGAL_SASL_STATE, as from Kafka.
 
@@ -40,7 +40,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.security import quotas
 from broker.security.scram import (
     MAX_ITERATIONS,
@@ -56,13 +56,14 @@ log = structlog.get_logger(__name__)
 _IDS_BY_NAME = {name: i for i, name in MECHANISM_IDS.items()}
 
 
-async def handle_sasl_handshake(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_sasl_handshake(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     ctx.metrics.error("SaslHandshake", ErrorCode.ILLEGAL_SASL_STATE)
     return SaslHandshakeResponse[header.api_version](
         error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
 
 
-async def handle_sasl_authenticate(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_sasl_authenticate(ctx: BrokerContext, header: RequestHeader,
+                                   req: Any, session: Session) -> Any:
     ctx.metrics.error("SaslAuthenticate", ErrorCode.ILLEGAL_SASL_STATE)
     return SaslAuthenticateResponse[header.api_version](
         error_code=ErrorCode.ILLEGAL_SASL_STATE,
@@ -70,7 +71,7 @@ async def handle_sasl_authenticate(ctx: BrokerContext, header: RequestHeader, re
         auth_bytes=b"", session_lifetime_ms=0)
 
 
-async def handle_describe_scram(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_scram(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = DescribeUserScramCredentialsResponse[header.api_version]
     result_cls = resp.DescribeUserScramCredentialsResult
     info_cls = result_cls.CredentialInfo
@@ -106,7 +107,7 @@ async def handle_describe_scram(ctx: BrokerContext, header: RequestHeader, req: 
     return resp(throttle_time_ms=0, error_code=0, error_message=None, results=results)
 
 
-async def handle_alter_scram(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_alter_scram(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     resp = AlterUserScramCredentialsResponse[header.api_version]
     result_cls = resp.AlterUserScramCredentialsResult
     if ctx.credentials is None:
@@ -184,7 +185,7 @@ def _matches(ent: dict[str, str | None], components: Any, strict: bool) -> bool:
 
 
 async def handle_describe_client_quotas(ctx: BrokerContext, header: RequestHeader,
-                                        req: Any) -> Any:
+                                        req: Any, session: Session) -> Any:
     resp = DescribeClientQuotasResponse[header.api_version]
     entry_cls = resp.EntryData
     if ctx.quotas is None:
@@ -207,7 +208,7 @@ async def handle_describe_client_quotas(ctx: BrokerContext, header: RequestHeade
 
 
 async def handle_alter_client_quotas(ctx: BrokerContext, header: RequestHeader,
-                                     req: Any) -> Any:
+                                     req: Any, session: Session) -> Any:
     resp = AlterClientQuotasResponse[header.api_version]
     entry_cls = resp.EntryData
     results = []

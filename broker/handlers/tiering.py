@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 from protocol.tierd_apis import DescribeTieringRequest, DescribeTieringResponse
@@ -15,7 +15,8 @@ from replication import tiering_status
 from replication.tiering_status import PartitionTiering
 
 
-async def handle_describe_tiering(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_describe_tiering(ctx: BrokerContext, header: RequestHeader,
+                                  req: Any, session: Session) -> Any:
     resp = DescribeTieringResponse[header.api_version]
     topic_cls = resp.TopicResult
     part_cls = topic_cls.PartitionResult

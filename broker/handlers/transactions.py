@@ -37,7 +37,7 @@ from kafka.protocol.producer import (
     WriteTxnMarkersResponse,
 )
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.coordinator.offsets import PartitionCommit
 from broker.handlers.groups import not_here
 from broker.transactions import TransactionCoordinator
@@ -76,7 +76,7 @@ def _count(ctx: BrokerContext, api: str, code: ErrorCode) -> ErrorCode:
 # -- AddPartitionsToTxn ---------------------------------------------------------------
 
 
-async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     v = header.api_version
     resp = AddPartitionsToTxnResponse[v]
     if v < _BATCHED_VERSION:
@@ -118,14 +118,14 @@ async def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_
 # -- AddOffsetsToTxn / EndTxn -----------------------------------------------------------
 
 
-async def handle_add_offsets(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_add_offsets(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     code = await coordinator(ctx).add_offsets(req.transactional_id, req.producer_id,
                                         req.producer_epoch, req.group_id)
     code = _count(ctx, "AddOffsetsToTxn", fenced_for(code, header.api_version))
     return AddOffsetsToTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
 
 
-async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
     code = await coordinator(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                     bool(req.committed))
     code = _count(ctx, "EndTxn", fenced_for(code, header.api_version))
@@ -135,7 +135,8 @@ async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any) ->
 # -- TxnOffsetCommit ----------------------------------------------------------------------
 
 
-async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader,
+                                   req: Any, session: Session) -> Any:
     v = header.api_version
     resp = TxnOffsetCommitResponse[v]
     topic_cls = resp.TxnOffsetCommitResponseTopic
@@ -167,7 +168,8 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader, re
 # -- WriteTxnMarkers ------------------------------------------------------------------
 
 
-async def handle_write_txn_markers(ctx: BrokerContext, header: RequestHeader, req: Any) -> Any:
+async def handle_write_txn_markers(ctx: BrokerContext, header: RequestHeader,
+                                   req: Any, session: Session) -> Any:
     resp = WriteTxnMarkersResponse[header.api_version]
     result_cls = resp.WritableTxnMarkerResult
     topic_cls = result_cls.WritableTxnMarkerTopicResult

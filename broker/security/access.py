@@ -1,7 +1,7 @@
 """One request's view of the authorizer, and helpers that build the
 "not authorized" parts of responses.
 
-An ``Access`` binds the authorizer to the session's principal and host; a
+An ``Access`` binds the authorizer to a request's session (principal, host); a
 guard (``broker.security.guards``) asks it, and every denial is counted in
 ``tierd_authorization_denied_total{operation,resource_type}`` and, unless
 the guard only filters a listing, logged with who asked for what (Kafka's
@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from broker.context import BrokerContext, session
+from broker.context import BrokerContext, Session
 from broker.security.acl import Authorizer, Operation, ResourceType
 from protocol import api
 from protocol.api import RequestHeader
@@ -27,15 +27,22 @@ log = structlog.get_logger(__name__)
 class Access:
     ctx: BrokerContext
     authorizer: Authorizer
-    principal: str
-    host: str
+    session: Session
     api: str
 
     @classmethod
-    def current(cls, ctx: BrokerContext, authorizer: Authorizer, header: RequestHeader
-                ) -> Access:
-        s = session.get()
-        return cls(ctx, authorizer, s.principal, s.host, api.SUPPORTED[header.api_key].name)
+    def of(cls, ctx: BrokerContext, authorizer: Authorizer, header: RequestHeader,
+           session: Session) -> Access:
+        """The access of ``session`` for the request ``header`` names."""
+        return cls(ctx, authorizer, session, api.SUPPORTED[header.api_key].name)
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    @property
+    def host(self) -> str:
+        return self.session.host
 
     def allows(self, op: Operation, rtype: ResourceType, name: str, *, quiet: bool = False
                ) -> bool:

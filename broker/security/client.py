@@ -2,8 +2,8 @@
 inter-broker listener's security protocol, from the client side.
 
 Theory of operation: ``replication.peer.Peer`` opens a TCP connection and
-hands it to the connector built here (set once at start), which returns the
-stream to use:
+hands it to the connector built here (built once at start and passed to
+whatever builds peers), which returns the stream to use:
 - SSL / SASL_SSL: a TLS handshake trusting the inter-broker listener's
   truststore, presenting its keystore (a broker's certificate serves both
   ways, as in Kafka), checking the peer's host name unless
@@ -19,7 +19,6 @@ failure (retried by its caller).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -39,8 +38,7 @@ from config.defs import ConfigError
 from config.security import SASL_MECHANISMS
 from protocol import outbound
 from protocol.framing import FrameDecoder
-
-Connector = Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]]
+from replication.peer import Connector
 
 _HANDSHAKE_VERSION = 1
 _AUTHENTICATE_VERSION = 2

@@ -65,7 +65,7 @@ async def add_partitions_to_txn(access: Access, header: RequestHeader, req: Any,
     resp = response_class(header)
     if header.api_version >= 4:
         if access.allows(Op.CLUSTER_ACTION, R.CLUSTER, "kafka-cluster"):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         return resp(throttle_time_ms=0, error_code=CLUSTER_DENIED, results_by_transaction=[])
     topics = req.v3_and_below_topics
     if not access.allows(Op.WRITE, R.TRANSACTIONAL_ID, req.v3_and_below_transactional_id):
@@ -74,7 +74,7 @@ async def add_partitions_to_txn(access: Access, header: RequestHeader, req: Any,
         codes = {t.name: (ErrorCode.NONE if access.allows(Op.WRITE, R.TOPIC, t.name)
                           else TOPIC_DENIED) for t in topics}
         if all(c == ErrorCode.NONE for c in codes.values()):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         codes = {n: c or ErrorCode.OPERATION_NOT_ATTEMPTED for n, c in codes.items()}
     topic_cls = item_class(resp, "results_by_topic_v3_and_below")
     part_cls = item_class(topic_cls, "results_by_partition")
@@ -96,7 +96,7 @@ async def offset_fetch(access: Access, header: RequestHeader, req: Any, handler:
                    for g in req.groups if g not in allowed]
         named = {g.group_id: g.topics is not None for g in allowed}
         req.groups = allowed
-        response = (await handler(access.ctx, header, req) if allowed
+        response = (await handler(access.ctx, header, req, access.session) if allowed
                     else resp(throttle_time_ms=0, groups=[]))
         for g in response.groups:
             g.topics = _filter_topics(access, g.topics, named.get(g.group_id, False))
@@ -109,7 +109,7 @@ async def offset_fetch(access: Access, header: RequestHeader, req: Any, handler:
             r, "topics")(name=t.name, partitions=_partitions(
                 r, ("topics", "partitions"), t.partition_indexes, GROUP_DENIED,
                 committed_offset=-1)))
-    response = await handler(access.ctx, header, req)
+    response = await handler(access.ctx, header, req, access.session)
     response.topics = _filter_topics(access, response.topics, req.topics is not None)
     return response
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.context import BrokerContext
+from broker.context import BrokerContext, Session
 from broker.security import group_guards as gg
 from broker.security import topic_guards as tg
 from broker.security.access import Access, item_class, response_class
@@ -40,7 +40,7 @@ from protocol import api, broker_apis
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
 
-Handler = Callable[[BrokerContext, RequestHeader, Any], Awaitable[Any]]
+Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 Guard = Callable[[Access, RequestHeader, Any, Handler], Awaitable[Any]]
 
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -49,9 +49,10 @@ TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 async def authorize_and_handle(ctx: BrokerContext, authorizer: Authorizer,
-                               header: RequestHeader, req: Any, handler: Handler) -> Any:
+                               header: RequestHeader, req: Any, session: Session, handler: Handler
+                               ) -> Any:
     """The response to a request, as its guard lets it be handled."""
-    access = Access.current(ctx, authorizer, header)
+    access = Access.of(ctx, authorizer, header, session)
     guard = GUARDS.get(header.api_key)
     if guard is None:
         access.allows(Op.CLUSTER_ACTION, R.CLUSTER, f"unguarded API {access.api}")
@@ -65,7 +66,7 @@ def _top_level(header: RequestHeader, code: ErrorCode) -> Any:
 
 
 async def _call(access: Access, header: RequestHeader, req: Any, handler: Handler) -> Any:
-    return await handler(access.ctx, header, req)
+    return await handler(access.ctx, header, req, access.session)
 
 
 # -- guards of a whole request ------------------------------------------------------
@@ -82,7 +83,7 @@ def on_cluster(op: Op, deny: Callable[[RequestHeader, Any], Any] | None = None) 
 
     async def guard(access: Access, header: RequestHeader, req: Any, handler: Handler) -> Any:
         if access.allows(op, R.CLUSTER, CLUSTER_NAME):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         if deny is not None:
             return deny(header, req)
         return _top_level(header, CLUSTER_DENIED)
@@ -95,7 +96,7 @@ def on_group(op: Op) -> Guard:
 
     async def guard(access: Access, header: RequestHeader, req: Any, handler: Handler) -> Any:
         if access.allows(op, R.GROUP, req.group_id):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         return _top_level(header, GROUP_DENIED)
 
     return guard
@@ -112,7 +113,7 @@ async def init_producer_id(access: Access, header: RequestHeader, req: Any,
                                           R.CLUSTER, CLUSTER_NAME)
               or access.allows_any(Op.WRITE, R.TOPIC)):
         return _init_pid_denied(header, CLUSTER_DENIED)
-    return await handler(access.ctx, header, req)
+    return await handler(access.ctx, header, req, access.session)
 
 
 def _init_pid_denied(header: RequestHeader, code: ErrorCode) -> Any:
@@ -126,14 +127,14 @@ async def add_offsets_to_txn(access: Access, header: RequestHeader, req: Any,
         return _top_level(header, TXN_DENIED)
     if not access.allows(Op.READ, R.GROUP, req.group_id):
         return _top_level(header, GROUP_DENIED)
-    return await handler(access.ctx, header, req)
+    return await handler(access.ctx, header, req, access.session)
 
 
 async def end_txn(access: Access, header: RequestHeader, req: Any, handler: Handler) -> Any:
     if not access.allows(Op.WRITE, R.TRANSACTIONAL_ID, req.transactional_id):
         return response_class(header)(throttle_time_ms=0, error_code=TXN_DENIED,
                                       producer_id=-1, producer_epoch=-1)
-    return await handler(access.ctx, header, req)
+    return await handler(access.ctx, header, req, access.session)
 
 
 # -- coordinators and groups --------------------------------------------------------
@@ -149,7 +150,7 @@ async def find_coordinator(access: Access, header: RequestHeader, req: Any,
     resp = response_class(header)
     if header.api_version < 4:
         if access.allows(Op.DESCRIBE, rtype, req.key):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         return resp(throttle_time_ms=0, error_code=code, error_message=code.name, node_id=-1,
                     host="", port=-1)
     keys = list(req.coordinator_keys)
@@ -160,7 +161,7 @@ async def find_coordinator(access: Access, header: RequestHeader, req: Any,
     if not allowed:
         return resp(throttle_time_ms=0, coordinators=denied)
     req.coordinator_keys = allowed
-    response = await handler(access.ctx, header, req)
+    response = await handler(access.ctx, header, req, access.session)
     response.coordinators.extend(denied)
     return response
 
@@ -174,7 +175,7 @@ async def describe_groups(access: Access, header: RequestHeader, req: Any,
                                          protocol_type="", protocol_data="", members=[])
               for g in req.groups if g not in allowed]
     req.groups = allowed
-    response = (await handler(access.ctx, header, req) if allowed
+    response = (await handler(access.ctx, header, req, access.session) if allowed
                 else resp(throttle_time_ms=0, groups=[]))
     if getattr(req, "include_authorized_operations", False):
         for group in response.groups:
@@ -186,7 +187,7 @@ async def describe_groups(access: Access, header: RequestHeader, req: Any,
 async def list_groups(access: Access, header: RequestHeader, req: Any, handler: Handler
                       ) -> Any:
     """Every group with DESCRIBE on the cluster, else those the principal may describe."""
-    response = await handler(access.ctx, header, req)
+    response = await handler(access.ctx, header, req, access.session)
     if not access.authorizer.authorize(access.principal, access.host, Op.DESCRIBE, R.CLUSTER,
                                        CLUSTER_NAME):
         response.groups = [g for g in response.groups
@@ -201,7 +202,7 @@ async def delete_groups(access: Access, header: RequestHeader, req: Any, handler
     denied = [item_class(resp, "results")(group_id=g, error_code=GROUP_DENIED)
               for g in req.groups_names if g not in allowed]
     req.groups_names = allowed
-    response = (await handler(access.ctx, header, req) if allowed
+    response = (await handler(access.ctx, header, req, access.session) if allowed
                 else resp(throttle_time_ms=0, results=[]))
     response.results.extend(denied)
     return response
@@ -210,7 +211,7 @@ async def delete_groups(access: Access, header: RequestHeader, req: Any, handler
 async def describe_cluster(access: Access, header: RequestHeader, req: Any,
                            handler: Handler) -> Any:
     """Open to all (as in Kafka); the cluster's authorized operations when asked."""
-    response = await handler(access.ctx, header, req)
+    response = await handler(access.ctx, header, req, access.session)
     if req.include_cluster_authorized_operations:
         response.authorized_operations = access.operations(R.CLUSTER, CLUSTER_NAME)
     return response

@@ -43,10 +43,10 @@ async def _split(access: Access, header: RequestHeader, req: Any, handler: Handl
     for item in getattr(req, field) or ():
         (kept if allowed(item) else refused).append(item)
     if not refused:
-        return await handler(access.ctx, header, req)
+        return await handler(access.ctx, header, req, access.session)
     setattr(req, field, kept)
     if kept:
-        response = await handler(access.ctx, header, req)
+        response = await handler(access.ctx, header, req, access.session)
     elif getattr(req, "acks", None) == 0:
         response = None
     else:
@@ -121,7 +121,7 @@ async def fetch(access: Access, header: RequestHeader, req: Any, handler: Handle
     v = header.api_version
     if replica_id(req, v) >= 0:
         if access.allows(Op.CLUSTER_ACTION, R.CLUSTER, CLUSTER_NAME):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         response = _all_denied(header, req, "topics", "responses", _fetch_denied(CLUSTER_DENIED))
         response.error_code = CLUSTER_DENIED
         return response
@@ -155,7 +155,7 @@ async def offset_for_leader_epoch(access: Access, header: RequestHeader, req: An
 
     if follower:
         if access.allows(Op.CLUSTER_ACTION, R.CLUSTER, CLUSTER_NAME):
-            return await handler(access.ctx, header, req)
+            return await handler(access.ctx, header, req, access.session)
         return _all_denied(header, req, "topics", "topics", denied_with(CLUSTER_DENIED))
     return await _split(access, header, req, handler, field="topics",
                         allowed=lambda t: access.allows(Op.DESCRIBE, R.TOPIC, t.topic),
@@ -182,7 +182,7 @@ async def metadata(access: Access, header: RequestHeader, req: Any, handler: Han
             else:
                 kept.append(t)
         req.topics = kept
-    response = await handler(ctx, header, req)
+    response = await handler(ctx, header, req, access.session)
     if req.topics is None:
         response.topics = [t for t in response.topics
                            if access.allows(Op.DESCRIBE, R.TOPIC, t.name, quiet=True)]
@@ -300,7 +300,7 @@ alter_configs = _config_guard(Op.ALTER_CONFIGS, "responses")
 async def describe_tiering(access: Access, header: RequestHeader, req: Any,
                            handler: Handler) -> Any:
     """DESCRIBE on each topic; all topics: the describable ones."""
-    response = await handler(access.ctx, header, req)
+    response = await handler(access.ctx, header, req, access.session)
     if req.topics is None:
         response.topics = [t for t in response.topics
                            if access.allows(Op.DESCRIBE, R.TOPIC, t.name, quiet=True)]

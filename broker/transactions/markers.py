@@ -38,7 +38,7 @@ from protocol import control
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.internal_topics import OFFSETS_TOPIC
 from replication.metadata_cache import MetadataCache
-from replication.peer import PeerError, PeerPool
+from replication.peer import Connector, PeerError, PeerPool
 from replication.replica_manager import ACKS_ALL, ReplicaManager
 from storage.log.producer_state import AppendOrigin
 
@@ -85,14 +85,14 @@ class MarkerWriter:
     """
 
     def __init__(self, node_id: int, replicas: ReplicaManager, metadata: MetadataCache,
-                 timeout_ms: int) -> None:
+                 timeout_ms: int, connector: Connector | None = None) -> None:
         self.node_id = node_id
         self.replicas = replicas
         self.metadata = metadata
         self.timeout_ms = timeout_ms
         # Set by the wiring once the group coordinator exists.
         self.complete_offsets: CompleteOffsets | None = None
-        self._peers = PeerPool(metadata, f"txn-marker-sender-{node_id}", timeout_ms)
+        self._peers = PeerPool(metadata, f"txn-marker-sender-{node_id}", timeout_ms, connector)
 
     async def write(self, txn: TxnMetadata, committed: bool, coordinator_epoch: int,
                     now_ms: int) -> frozenset[TopicPartition]:

@@ -175,6 +175,7 @@ def test_an_api_without_a_guard_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     """Fail closed at run time too: the handler never runs."""
     from types import SimpleNamespace
 
+    from broker.context import NO_SESSION
     from broker.metrics import BrokerMetrics
     from broker.security import guards
     from protocol.api import RequestHeader
@@ -190,7 +191,7 @@ def test_an_api_without_a_guard_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     async def main() -> object:
         return await guards.authorize_and_handle(
             ctx, authorizer(supers=ALICE), RequestHeader(60, 0, 1, "c", 0), None,  # type: ignore[arg-type]
-            handler)
+            NO_SESSION, handler)
 
     response = trio.run(main)
     assert response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # type: ignore[attr-defined]

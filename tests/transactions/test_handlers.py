@@ -17,7 +17,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
-from broker.context import BrokerContext
+from broker.context import NO_SESSION, BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.handlers import HANDLERS
 from broker.metrics import BrokerMetrics
@@ -48,7 +48,7 @@ async def call(ctx: BrokerContext, req_cls, version: int, **fields):
     raw = req_cls[version](**fields).encode(version=version)
     req = SUPPORTED[req_cls.API_KEY].request.decode(raw, version=version)
     header = RequestHeader(req_cls.API_KEY, version, 1, "test", 0)
-    return await HANDLERS[req_cls.API_KEY](ctx, header, req)
+    return await HANDLERS[req_cls.API_KEY](ctx, header, req, NO_SESSION)
 
 
 def test_versions_advertised():

@@ -33,7 +33,7 @@ def test_interleaved_topics_with_file_slices(tmp_path: Path) -> None:
     params = FetchParams([FetchPartition(t, p, 0, 1 << 20) for t, p in order], zero_copy=True)
     ctx = SimpleNamespace(metrics=BrokerMetrics(), metadata=None)
     answer = fetch._build(ctx, FetchResponse[VERSION], VERSION, params,  # type: ignore[arg-type]
-                          [None] * len(order), results, 7)
+                          [None] * len(order), results, 7, None)
     assert isinstance(answer, SplicedResponse)
     header = RequestHeader(1, VERSION, 3, "test", 0)
     parts = answer.encode(header, flexible_body=True)

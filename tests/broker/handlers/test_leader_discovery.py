@@ -12,7 +12,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import ProduceRequest
 
-from broker.context import BrokerContext
+from broker.context import NO_SESSION, BrokerContext
 from broker.handlers import HANDLERS
 from broker.metrics import BrokerMetrics
 from protocol import records
@@ -47,7 +47,7 @@ async def call(ctx: BrokerContext, req_cls, version: int, req):
     raw = req.encode(version=version)
     decoded = SUPPORTED[req_cls.API_KEY].request.decode(raw, version=version)
     header = RequestHeader(req_cls.API_KEY, version, 1, "test", 0)
-    resp = await HANDLERS[req_cls.API_KEY](ctx, header, decoded)
+    resp = await HANDLERS[req_cls.API_KEY](ctx, header, decoded, NO_SESSION)
     return SUPPORTED[req_cls.API_KEY].response.decode(resp.encode(version=version),
                                                       version=version)
 
