@@ -46,7 +46,8 @@ from config import BrokerConfig
 from storage.log import checkpoint, swap
 from storage.log.cleaner_pass import PassSpec
 from storage.log.cleaner_process import CleanerError, CleanerWorker
-from storage.log.log import Log, StaleSegments
+from storage.log.local_log import StaleSegments
+from storage.log.log import Log
 from storage.log.segment import LogSegment
 
 log = structlog.get_logger(__name__)

@@ -1,13 +1,17 @@
-"""The log of one partition: an ordered run of segments.
+"""The log of one partition as the broker sees it: the local segments
+(``storage.log.local_log``) plus the tier boundary, retention, producer state
+and leader epochs, as Kafka's UnifiedLog over its LocalLog.
 
-Offsets: ``log_start_offset`` is the first readable offset, local or
-remote (moved by retention and DeleteRecords); ``local_log_start_offset`` the
-first offset still on local disk (they differ only for tiered topics, whose
-old segments live in the remote tier); ``end_offset`` (LEO) the next offset
-to assign. ``highest_tiered_offset`` is the last offset copied to the remote
-tier (-1 if none); local retention deletes only segments at or below it.
-The replica manager owns the high watermark and passes it to ``read`` as the
-upper bound of what consumers may see.
+Theory of operation. Offsets: ``log_start_offset`` is the first readable
+offset, local or remote (moved by retention and DeleteRecords);
+``local_log_start_offset`` the first offset still on local disk (they differ
+only for tiered topics, whose old segments live in the remote tier);
+``end_offset`` (LEO) the next offset to assign. ``highest_tiered_offset`` is
+the last offset copied to the remote tier (-1 if none); local retention
+deletes only segments at or below it. The replica manager owns the high
+watermark and passes it to ``read`` as the upper bound of what consumers
+may see. A read below the local log start but not below the log start is
+answered OFFSET_MOVED_TO_TIERED_STORAGE: the remote tier serves it.
 
 Producer state (idempotence, transactions) lives in ``producers``; it is
 saved to ``<offset>.snapshot`` at every roll and on close, and on open the
@@ -16,27 +20,39 @@ latest usable snapshot is restored and only the batches after it replayed.
 last stable offset cannot pass it); aborted transactions are indexed per
 segment in ``.txnindex`` when their ABORT marker is appended.
 
-Concurrency: every method runs on the event loop except ``flush``'s worker
-thread part (``_fsync_segments``), which only fsyncs descriptors.
+This class validates and assigns offsets, then hands the bytes to the local
+log; every change of the segments (append, roll, truncation, deletion) goes
+through ``self.local``, and this class keeps the epochs, producer state and
+snapshots in step with it. ``storage.log.local_log`` never imports this one.
+
+Why over ~450 lines (about 640): this is what Kafka's UnifiedLog keeps over
+its LocalLog (opening with the snapshot restore and replay of its LogLoader,
+append validation, producer-state and snapshot upkeep, leader epochs,
+retention by both policies, the log start and tier boundary), each step
+changing several of them at once. The next cut, if wanted, is the
+producer-state upkeep (restore, replay, snapshot pruning: about 110 lines)
+into a module of its own, as Kafka's ProducerStateManager owns its snapshot
+files.
+
+Concurrency: every method runs on the event loop; ``flush`` fsyncs in a
+worker thread (``LocalLog.flush``).
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-import trio
 
 from config.topic import LogConfig
 from protocol import record_filter, records
 from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
-from storage.log import swap
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
+from storage.log.local_log import LocalLog
 from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
 from storage.log.segment import LogSegment
@@ -44,17 +60,10 @@ from storage.log.txn_index import AbortedTxn
 
 log = structlog.get_logger(__name__)
 
-# Offsets within a segment are stored as int32 relative offsets, so a
-# segment cannot span more than this many offsets (Kafka's limit too).
-_MAX_RELATIVE_OFFSET = 2**31 - 1
 # Producer snapshots kept besides those tiered storage still has to copy:
 # enough to fall back past a torn one and to reload after a short truncation
 # without replaying the whole log.
 _SNAPSHOTS_KEPT = 3
-
-
-class StaleSegments(Exception):
-    """Segments a cleaner pass named are no longer the log's."""
 
 
 @dataclass(slots=True)
@@ -73,36 +82,23 @@ class ReadResult:
 
 
 class Log:
-    """One partition's local log. Build with ``Log.open``."""
+    """One partition's log. Build with ``Log.open``."""
 
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
                  clock: Callable[[], int]) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
-        self.config = config
         self._clock = clock
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self.local = LocalLog(directory, topic, partition, config, clock)
         self._log_start_offset = 0
         # Called when the log start offset moves (set by the replica manager:
         # fetch sessions answer a partition whose log start changed).
         self.start_listener: Callable[[], None] | None = None
         self.highest_tiered_offset = -1
-        self.recovery_point = 0
         self.epochs = LeaderEpochCache(directory)
         self.producers = ProducerStateManager()
         self.snapshots = SnapshotFiles(directory)
-        # Base offset of the first segment recovery re-validated (None: all trusted).
-        self._first_recovered: int | None = None
-        self._unflushed_messages = 0
-        self._last_flush_ms = clock()
-        # A roll makes the previous segment immutable; like Kafka we fsync it
-        # soon after, so the recovery point keeps up without a flush policy.
-        self._rolled_since_flush = False
-        # The lowest offset truncation removed data from since the cleaner last
-        # looked (None: none): its first-dirty checkpoint must not stay above it.
-        self.truncated_below: int | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -125,7 +121,9 @@ class Log:
         """Open (or create) the log in ``directory``, recovering if needed."""
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config, clock)
-        self._load_segments(recovery_point, clean_shutdown)
+        recovered = self.local.load(recovery_point, clean_shutdown)
+        for seg in recovered:
+            self._rebuild_epochs_from(seg)
         if not self.epochs.entries and any(not seg.is_empty for seg in self.segments):
             # A missing or corrupt leader-epoch-checkpoint: rebuild it from the
             # batches on disk (a tiered log's remote part comes back from the
@@ -135,8 +133,8 @@ class Log:
             for seg in self.segments:
                 self._rebuild_epochs_from(seg)
         if not self.segments:
-            self._add_segment(max(log_start_offset, 0))
-        first_local = self.segments[0].base_offset
+            self.local.add_segment(max(log_start_offset, 0))
+        first_local = self.local.base_offset
         if log_start_offset > self.end_offset:
             # The checkpointed start lies beyond what recovery kept (a torn,
             # unflushed tail): like Kafka's LogLoader, start afresh there.
@@ -149,25 +147,25 @@ class Log:
             self.log_start_offset = min(max(log_start_offset, 0), first_local)
         else:
             self.log_start_offset = max(log_start_offset, first_local)
-        self.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
+        self.local.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
         self.epochs.truncate_from_end(self.end_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(recovered[0].base_offset if recovered else None)
         return self
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, first_recovered: int | None = None) -> None:
         """Restore the latest usable snapshot, then replay the batches after it.
 
         Usable: at or below the log end, not below the first segment, and not
-        above the first segment recovery re-validated (the replay rebuilds
-        those segments' aborted-transaction indexes). Snapshots beyond the log
-        end or below its first segment describe data that is gone and are
-        deleted; a corrupt one is deleted and the next older one tried.
+        above ``first_recovered``, the first segment recovery re-validated
+        (the replay rebuilds those segments' aborted-transaction indexes).
+        Snapshots beyond the log end or below its first segment describe data
+        that is gone and are deleted; a corrupt one is deleted and the next
+        older one tried.
         """
-        end, first = self.end_offset, self.segments[0].base_offset
+        end, first = self.end_offset, self.local.base_offset
         self.snapshots.delete_where(lambda o: o > end or o < first)
-        ceiling = end if self._first_recovered is None else min(end, self._first_recovered)
-        self._first_recovered = None
+        ceiling = end if first_recovered is None else min(end, first_recovered)
         self.producers.truncate()
         start = first
         for offset in reversed(self.snapshots.offsets()):
@@ -186,19 +184,15 @@ class Log:
 
     def _replay_producers(self, start: int) -> None:
         """Feed the producer state every batch header from ``start`` (a batch boundary)."""
-        for seg in self.segments[self._segment_for(start):]:
-            position = seg.index.lookup(start)[1] if seg.base_offset <= start else 0
-            for batch in seg.iter_batches(position):
-                if batch.base_offset < start:
-                    continue
-                head = seg.read_batch_bytes_header(batch)
-                if head.producer_id < 0:
-                    continue
-                markers = None
-                if head.is_control:
-                    data = seg.read_batch_bytes(batch)
-                    markers = self._markers(data, [records.parse_header(data, 0)])
-                self._update_producers(seg, [head], markers)
+        for seg, batch in self.local.batches_from(start):
+            head = seg.read_batch_bytes_header(batch)
+            if head.producer_id < 0:
+                continue
+            markers = None
+            if head.is_control:
+                data = seg.read_batch_bytes(batch)
+                markers = self._markers(data, [records.parse_header(data, 0)])
+            self._update_producers(seg, [head], markers)
 
     def _markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
                  ) -> list[EndTxnMarker | None] | None:
@@ -228,83 +222,63 @@ class Log:
                 seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
                                                 txn.last_offset, txn.last_stable_offset))
 
-    def _load_segments(self, recovery_point: int, clean_shutdown: bool) -> None:
-        """Open every segment; recover those the last shutdown may have torn.
-
-        Segments wholly below the recovery point (or all, after a clean
-        shutdown) are trusted if their indexes load; others are re-validated
-        batch by batch. Once a segment loses its tail, every later segment is
-        dropped: its offsets can no longer follow on.
-        """
-        swap.recover(self.directory)
-        for name in os.listdir(self.directory):
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
-        bases = sorted(int(name[:-4]) for name in os.listdir(self.directory)
-                       if name.endswith(".log") and name[:-4].isdigit())
-        now = self._clock()
-        truncated = False
-        for base in bases:
-            seg = LogSegment(self.directory, base, self.config.segment_index_bytes,
-                             self.config.index_interval_bytes, now)
-            if truncated or (self.segments and base <= self.segments[-1].last_offset):
-                log.warning("dropping segment after a truncated one", segment=seg.log_path)
-                seg.delete()
-                continue
-            if seg.load_indexes() and (clean_shutdown or seg.last_offset < recovery_point):
-                self._append_segment(seg)
-                continue
-            if self._first_recovered is None:
-                self._first_recovered = base
-            truncated = seg.recover(self.config.max_message_bytes) > 0
-            self._append_segment(seg)
-            self._rebuild_epochs_from(seg)
-
     def _rebuild_epochs_from(self, seg: LogSegment) -> None:
         for batch in seg.iter_batches(0):
             header = seg.read_batch_bytes_header(batch)
             self.epochs.assign(header.leader_epoch, header.base_offset)
 
-    def _append_segment(self, seg: LogSegment) -> None:
-        self.segments.append(seg)
-        self._bases.append(seg.base_offset)
-
-    def _add_segment(self, base_offset: int) -> LogSegment:
-        if self.segments:
-            self.segments[-1].seal()
-        seg = LogSegment(self.directory, base_offset, self.config.segment_index_bytes,
-                         self.config.index_interval_bytes, self._clock())
-        self._append_segment(seg)
-        return seg
-
     # -- state --------------------------------------------------------------
 
     @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self.local.config = config
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self.local.segments
+
+    @property
     def active(self) -> LogSegment:
-        return self.segments[-1]
+        return self.local.active
 
     @property
     def end_offset(self) -> int:
-        active = self.active
-        if active.last_offset >= active.base_offset:
-            return active.last_offset + 1
-        return active.base_offset
+        return self.local.end_offset
 
     @property
     def local_log_start_offset(self) -> int:
-        return max(self.log_start_offset, self.segments[0].base_offset)
+        return max(self.log_start_offset, self.local.base_offset)
 
     @property
     def size(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self.local.size
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local.recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self.local.last_flush_ms
+
+    @property
+    def truncated_below(self) -> int | None:
+        """The lowest offset truncation removed data from since the cleaner
+        last looked (None: none); the cleaner resets it."""
+        return self.local.truncated_below
+
+    @truncated_below.setter
+    def truncated_below(self, offset: int | None) -> None:
+        self.local.truncated_below = offset
 
     @property
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction; None if none is open."""
         return self.producers.first_undecided_offset()
-
-    def _segment_for(self, offset: int) -> int:
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     # -- append -------------------------------------------------------------
 
@@ -331,17 +305,16 @@ class Log:
         duplicate = self.producers.check(headers, markers, origin)
         if duplicate is not None:
             return AppendResult(duplicate[0], duplicate[1], -1, self.log_start_offset, False)
-        self._maybe_roll(len(data), headers, now)
+        self._maybe_roll(len(data), headers, now, self.end_offset)
         first = self.end_offset
         records.assign_offsets(data, headers, first, leader_epoch,
                                now if self.config.log_append_time else None)
         self.epochs.assign(leader_epoch, first)
-        self.active.append(data, headers)
-        self._update_producers(self.active, headers, markers)
-        self._unflushed_messages += sum(h.records_count for h in headers)
+        seg = self.local.append(data, headers)
+        self._update_producers(seg, headers, markers)
         return AppendResult(first, headers[-1].last_offset,
                             now if self.config.log_append_time else -1,
-                            self.log_start_offset, self._flush_due(now))
+                            self.log_start_offset, self.local.flush_due(now))
 
     def append_as_follower(self, data: bytearray) -> int:
         """Append batches that already carry offsets (replication); returns LEO.
@@ -355,9 +328,8 @@ class Log:
         self._maybe_roll(len(data), headers, self._clock(), headers[0].base_offset)
         for h in headers:
             self.epochs.assign(h.leader_epoch, h.base_offset)
-        self.active.append(data, headers)
-        self._update_producers(self.active, headers, self._markers(data, headers))
-        self._unflushed_messages += sum(h.records_count for h in headers)
+        seg = self.local.append(data, headers)
+        self._update_producers(seg, headers, self._markers(data, headers))
         return self.end_offset
 
     def _check_keys(self, data: bytearray, headers: list[records.BatchHeader]) -> None:
@@ -383,43 +355,26 @@ class Log:
                                     f"timestamp {h.max_timestamp} outside [{lo}, {hi}]")
 
     def _maybe_roll(self, size: int, headers: list[records.BatchHeader], now: int,
-                    next_offset: int | None = None) -> None:
-        seg = self.active
-        if seg.is_empty:
-            return
-        first_offset = self.end_offset if next_offset is None else next_offset
-        last_relative = first_offset + sum(h.last_offset_delta + 1 for h in headers) - seg.base_offset
-        rolling_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else -1
-        age_ms = now - (rolling_ts if rolling_ts > 0 else seg.created_ms)
-        roll_ms = self.config.segment_ms
-        if self.config.compact:
-            # KIP-354: a record may wait at most max.compaction.lag.ms to be
-            # cleanable, and the active segment never is.
-            roll_ms = min(roll_ms, self.config.max_compaction_lag_ms)
-        if (seg.size + size > self.config.segment_bytes
-                or age_ms > roll_ms
-                or seg.index.is_full or seg.time_index.is_full
-                or last_relative > _MAX_RELATIVE_OFFSET):
+                    first_offset: int) -> None:
+        if self.local.roll_due(size, headers, now, first_offset):
             self.roll(first_offset)
 
     def roll(self, next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``next_offset`` (default LEO)."""
         base = self.end_offset if next_offset is None else next_offset
-        if self.active.is_empty and self.active.base_offset == base:
+        seg = self.local.roll(base)
+        if seg is None:
             return self.active
-        seg = self._add_segment(base)
-        self._rolled_since_flush = True
         # Kafka's roll-time snapshot: the producer state before ``base``. Tiered
         # storage copies it with the segment just closed.
         self.snapshots.write(base, self.producers.snapshot_entries())
         self._prune_snapshots()
-        log.debug("rolled segment", topic=self.topic, partition=self.partition, base_offset=base)
         return seg
 
     def _prune_snapshots(self) -> None:
         """Keep the newest few snapshots, and those tiered storage has yet to copy
         (at the next base offset of a segment above the highest tiered offset)."""
-        first = self.segments[0].base_offset
+        first = self.local.base_offset
         newest = set(self.snapshots.offsets()[-_SNAPSHOTS_KEPT:])
         copy_floor = self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
         self.snapshots.delete_where(
@@ -427,48 +382,26 @@ class Log:
 
     def producer_snapshot_for(self, seg: LogSegment) -> str | None:
         """The snapshot taken when ``seg`` was rolled (at the next segment's base), if kept."""
-        i = next((n for n, s in enumerate(self.segments) if s is seg), len(self.segments))
-        if i + 1 >= len(self.segments):
+        segments = self.segments
+        i = next((n for n, s in enumerate(segments) if s is seg), len(segments))
+        if i + 1 >= len(segments):
             return None
-        return self.snapshots.existing(self.segments[i + 1].base_offset)
+        return self.snapshots.existing(segments[i + 1].base_offset)
 
     def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping [start, upper), for a read_committed fetch.
-
-        Searches the segment holding ``start`` and later ones (an abort is
-        indexed where its marker lies), stopping once an entry's LSO shows
-        nothing later can start before ``upper``.
-        """
-        out: list[AbortedTxn] = []
-        for seg in self.segments[self._segment_for(start):]:
-            found, complete = seg.txn_index.collect(start, upper)
-            out += found
-            if complete:
-                break
-        return out
+        """Aborted transactions overlapping [start, upper), for a read_committed
+        fetch: ``LocalLog.collect_aborted``."""
+        return self.local.collect_aborted(start, upper)
 
     # -- flush --------------------------------------------------------------
 
     def flush_due(self) -> bool:
         """Whether the flush policy (flush.messages / flush.ms, a roll) wants an fsync now."""
-        return self._flush_due(self._clock())
-
-    def _flush_due(self, now: int) -> bool:
-        return (self._rolled_since_flush
-                or self._unflushed_messages >= self.config.flush_messages
-                or now - self._last_flush_ms >= self.config.flush_ms)
+        return self.local.flush_due(self._clock())
 
     async def flush(self) -> None:
         """fsync every segment written since the last flush, off the event loop."""
-        end = self.end_offset
-        if end <= self.recovery_point and not self._unflushed_messages:
-            return
-        dirty = [s for s in self.segments if s.last_offset >= self.recovery_point or s is self.active]
-        self._unflushed_messages = 0
-        self._rolled_since_flush = False
-        self._last_flush_ms = self._clock()
-        await trio.to_thread.run_sync(_fsync_segments, dirty)
-        self.recovery_point = max(self.recovery_point, end)
+        await self.local.flush()
 
     # -- read ---------------------------------------------------------------
 
@@ -481,7 +414,8 @@ class Log:
 
         Raises:
             KafkaApiError: OFFSET_OUT_OF_RANGE if ``offset`` is below the log
-                start or above the log end.
+                start or above the log end; OFFSET_MOVED_TO_TIERED_STORAGE if
+                below the local log start only.
         """
         data = self.read_for_send(offset, max_bytes, max_offset, min_one_batch, zero_copy=False)
         assert isinstance(data, bytes)
@@ -504,93 +438,21 @@ class Log:
             raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                 f"offset {offset} not in [{self.log_start_offset}, {end}]")
         upper = end if max_offset is None else min(max_offset, end)
-        if offset >= upper:
-            return b""
-        i = self._segment_for(offset)
-        while i < len(self.segments):
-            seg = self.segments[i]
-            limit = self._position_limit(seg, upper)
-            got = seg.read(offset, max_bytes, limit, min_one_batch, zero_copy)
-            if got is not None:
-                # Possibly empty: the batch holding ``offset`` is over budget,
-                # and later batches must not be returned in its place.
-                return got[0]
-            if limit is not None and limit < seg.size:
-                break
-            i += 1
-        return b""
-
-    def _position_limit(self, seg: LogSegment, upper: int) -> int | None:
-        if upper > seg.last_offset:
-            return None
-        return seg.position_of(upper)
+        return self.local.read(offset, max_bytes, upper, min_one_batch, zero_copy)
 
     def replace_segments(self, old: list[LogSegment], base: int) -> list[str]:
-        """Swap the cleaned copy of ``old`` (consecutive segments, not the active
-        one) in for them (``storage.log.swap``); its files are
-        ``<base>.*.cleaned``, ``base`` being ``old[0]``'s base offset.
-
-        Returns:
-            The retired files, to delete off the event loop.
-
-        Raises:
-            StaleSegments: ``old`` are no longer this log's segments as they
-                were (retention, truncation or deletion ran meanwhile); the
-                cleaned files are left for the caller to remove.
-        """
-        i = next((n for n, s in enumerate(self.segments) if s is old[0]), None)
-        if (i is None or self.segments[i:i + len(old)] != old or old[-1] is self.active
-                or base != old[0].base_offset or any(s.fd < 0 for s in old)):
-            raise StaleSegments(f"segments from {base} changed while being cleaned")
-        swap.commit(self.directory, base)
-        retired: list[str] = []
-        for seg in old:
-            seg.close()
-            retired += swap.retire(self.directory, seg.base_offset)
-        swap.finish(self.directory, base)
-        new = LogSegment(self.directory, base, self.config.segment_index_bytes,
-                         self.config.index_interval_bytes, old[0].created_ms)
-        if not new.load_indexes():
-            new.recover(self.config.max_message_bytes)
-        self.segments[i:i + len(old)] = [new]
-        self._bases[i:i + len(old)] = [base]
-        return retired
-
-    def iter_segments_from(self, offset: int) -> list[LogSegment]:
-        return self.segments[self._segment_for(offset):]
+        """The cleaner's swap of cleaned segments: ``LocalLog.replace_segments``."""
+        return self.local.replace_segments(old, base)
 
     # -- timestamps -----------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
-        for seg in self.segments:
-            if seg.max_timestamp < timestamp:
-                continue
-            start = max(seg.time_index.lookup(timestamp), self.local_log_start_offset)
-            for batch in seg.iter_batches(seg.index.lookup(start)[1]):
-                if batch.last_offset < start:
-                    continue
-                data = seg.read_batch_bytes(batch)
-                header = records.parse_header(data, 0)
-                if header.max_timestamp < timestamp:
-                    continue
-                for rec in records.decode_records(data, header):
-                    ts = header.max_timestamp if header.attributes & records.ATTR_LOG_APPEND_TIME \
-                        else rec.timestamp
-                    if ts >= timestamp and rec.offset >= self.local_log_start_offset:
-                        return rec.offset, ts
-        return None
+        """(offset, timestamp) of the first local record with timestamp >= ``timestamp``."""
+        return self.local.offset_for_timestamp(timestamp, self.local_log_start_offset)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record holding the largest timestamp."""
-        best: LogSegment | None = None
-        for seg in self.segments:
-            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None:
-            return None
-        found = self.offset_for_timestamp(best.max_timestamp)
-        return found
+        """(offset, timestamp) of the first local record holding the largest timestamp."""
+        return self.local.max_timestamp_offset(self.local_log_start_offset)
 
     # -- retention, deletion, truncation ---------------------------------------
 
@@ -609,17 +471,12 @@ class Log:
             self._delete_segments_below_start()
         return self.log_start_offset
 
-    def _delete_segments_below_start(self) -> int:
-        removed = 0
+    def _delete_segments_below_start(self) -> None:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self._remove_first_segment()
-            removed += 1
-        return removed
 
     def _remove_first_segment(self) -> None:
-        seg = self.segments.pop(0)
-        self._bases.pop(0)
-        seg.delete()
+        self.local.remove_first_segment()
         self._prune_snapshots()
 
     def apply_retention(self, high_watermark: int) -> int:
@@ -664,8 +521,8 @@ class Log:
                      last_offset=seg.last_offset, size=seg.size, tiered=tiered,
                      local_retention=local_only)
             self._remove_first_segment()
-            if not tiered and self.segments[0].base_offset > self.log_start_offset:
-                self.log_start_offset = self.segments[0].base_offset
+            if not tiered and self.local.base_offset > self.log_start_offset:
+                self.log_start_offset = self.local.base_offset
                 start_moved = True
             count += 1
         if start_moved:
@@ -725,7 +582,7 @@ class Log:
             # epoch missing from its log and answer the same divergence forever.
             self.epochs.truncate_from_end(self.end_offset)
             return
-        if offset < self.segments[0].base_offset:
+        if offset < self.local.base_offset:
             # Below the local log (a tiered log keeps only its tail): nothing
             # local survives. As Kafka's truncateTo, restart the log empty at
             # ``offset``, keeping the log start (the rest is in the remote
@@ -737,15 +594,9 @@ class Log:
             self._truncate_fully_and_start_at(offset)
             self.log_start_offset = min(start, offset)
             return
-        self._note_truncation(offset)
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            seg = self.segments.pop()
-            self._bases.pop()
-            seg.delete()
-        self.active.truncate_to(offset)
+        self.local.truncate_to(offset)
         self.epochs.truncate_from_end(offset)
         self._rebuild_producer_state()
-        self.recovery_point = min(self.recovery_point, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (a follower behind the leader's start)."""
@@ -768,36 +619,19 @@ class Log:
         self.producers.load_snapshot(producers)
         self.highest_tiered_offset = next_offset - 1
 
-    def _note_truncation(self, offset: int) -> None:
-        if self.truncated_below is None or offset < self.truncated_below:
-            self.truncated_below = offset
-
     def _truncate_fully_and_start_at(self, offset: int) -> None:
-        self._note_truncation(min(offset, self.segments[0].base_offset if self.segments else offset))
-        for seg in self.segments:
-            seg.delete()
-        self.segments = []
-        self._bases = []
-        self._add_segment(offset)
+        self.local.truncate_fully_and_start_at(offset)
         self.epochs.clear()
         self.producers.truncate()
-        self.recovery_point = offset
 
     def close(self) -> None:
         """Close the files; like Kafka, snapshot the producer state at the log end first
         (unless the log is empty or that snapshot exists)."""
         end = self.end_offset
-        if (end > self.segments[0].base_offset and os.path.isdir(self.directory)
+        if (end > self.local.base_offset and os.path.isdir(self.directory)
                 and self.snapshots.existing(end) is None):
             self.snapshots.write(end, self.producers.snapshot_entries())
-        for seg in self.segments:
-            seg.close()
+        self.local.close()
 
     def delete_files(self) -> None:
-        for seg in self.segments:
-            seg.delete()
-
-
-def _fsync_segments(segments: list[LogSegment]) -> None:
-    for seg in segments:
-        seg.fsync()
+        self.local.delete_files()

@@ -168,7 +168,7 @@ class LogManager:
     async def _flush_due(self) -> None:
         now = self.clock()
         for lg in list(self.logs.values()):
-            if now - lg._last_flush_ms >= lg.config.flush_ms:
+            if now - lg.last_flush_ms >= lg.config.flush_ms:
                 await lg.flush()
 
     async def write_checkpoints(self, fsync: bool = True) -> None:

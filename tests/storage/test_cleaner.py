@@ -22,7 +22,8 @@ from storage.log import swap
 from storage.log.cleaner import LogCleaner, cleanable_bounds
 from storage.log.cleaner_pass import CleaningPass
 from storage.log.cleaner_process import CleanerError
-from storage.log.log import Log, StaleSegments
+from storage.log.local_log import StaleSegments
+from storage.log.log import Log
 from storage.log.producer_state import AppendOrigin
 from tests.helpers import T0, LogEnv, decode_all
 
