@@ -56,7 +56,7 @@ from broker.coordinator.group import (
     SyncResult,
 )
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
-from broker.coordinator.offsets_store import OffsetsStore
+from broker.coordinator.offsets_store import group_record, load_groups, offsets_store
 from broker.coordinator.timers import Timers
 from broker.coordinator.txn_offsets import TxnOffsets
 from config import BrokerConfig
@@ -81,9 +81,9 @@ class GroupCoordinator:
         self.wall_clock = wall_clock
         self.follow_leadership = follow_leadership
         self.groups: dict[str, Group] = {}
-        self.store = OffsetsStore(topic, wall_clock)
+        self.store = offsets_store(topic, wall_clock)
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
-        self.txn_offsets = TxnOffsets(topic, self, wall_clock)
+        self.txn_offsets = TxnOffsets(self.store, self, wall_clock)
         self.timers = Timers()
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -124,7 +124,7 @@ class GroupCoordinator:
 
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""
-        loaded = self.store.load_groups(partition)
+        loaded = load_groups(self.store, partition)
         self.groups.update(loaded)
         for group in loaded.values():
             for member in group.members.values():
@@ -153,7 +153,7 @@ class GroupCoordinator:
             del self.groups[group_id]
             dropped += 1
         self.txn_offsets.unload(partition)
-        self.store.topic.forget(partition)
+        self.store.forget(partition)
         if was_owned:
             log.info("group coordinator unloaded partition", partition=partition, groups=dropped)
 
@@ -165,6 +165,10 @@ class GroupCoordinator:
         if partition in self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         return E.NOT_COORDINATOR
+
+    def _store_group(self, group: Group) -> ErrorCode:
+        """Write the group's generation, leader, members and assignments."""
+        return self.store.append(group.group_id, [group_record(group)])
 
     async def durable(self, group_id: str, error: ErrorCode = E.NONE) -> ErrorCode:
         """``error`` if set; else wait until the group's writes so far are replicated."""
@@ -352,7 +356,7 @@ class GroupCoordinator:
             reply = self._update_member(member, req)
             self._prepare_rebalance(group, "static member rejoined")
             return reply
-        error = self.store.store_group(group)
+        error = self._store_group(group)
         if error is not E.NONE:
             return JoinResult(error, new_id)
         result = self._current_join_result(group, member)
@@ -418,7 +422,7 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_name = None
             group.transition(S.EMPTY, self.wall_clock())
-            self.store.store_group(group)
+            self._store_group(group)
             log.info("group is empty", group=group.group_id, generation=group.generation_id)
             return
         group.protocol_name = group.select_protocol()
@@ -510,7 +514,7 @@ class GroupCoordinator:
     def _apply_assignments(self, group: Group, assignments: dict[str, bytes]) -> None:
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
-        error = self.store.store_group(group)
+        error = self._store_group(group)
         if error is not E.NONE:
             self._reset_assignments(group, error)
             self._prepare_rebalance(group, f"group metadata not stored: {error.name}")

@@ -52,7 +52,7 @@ import trio
 
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
-from broker.transactions.log_store import TxnLogStore
+from broker.transactions.log_store import load_txns, txn_record, txn_store
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import (
     EXPIRABLE,
@@ -96,7 +96,7 @@ class TransactionCoordinator:
         self.wall_clock = wall_clock
         self.allocate_producer_id = allocate_producer_id
         self.follow_leadership = follow_leadership
-        self.log = TxnLogStore(topic, wall_clock)
+        self.store = txn_store(topic, wall_clock)
         self.groups = groups
         if groups is not None:
             markers.complete_offsets = groups.txn_offsets.complete
@@ -118,8 +118,8 @@ class TransactionCoordinator:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if not self.follow_leadership:
-                await self.log.ensure_topic()
-                for partition in range(self.log.partitions):
+                await self.store.ensure_topic()
+                for partition in range(self.store.partitions):
                     self.loading.add(partition)
                     await self._load(partition)
             task_status.started()
@@ -147,7 +147,7 @@ class TransactionCoordinator:
         await trio.lowlevel.checkpoint()
         if partition not in self.loading:
             return  # unloaded before the load ran
-        loaded = self.log.load(partition)
+        loaded = load_txns(self.store, partition)
         self.txns.update(loaded)
         self.loading.discard(partition)
         self.owned.add(partition)
@@ -161,20 +161,20 @@ class TransactionCoordinator:
         was_owned = partition in self.owned
         self.owned.discard(partition)
         self.loading.discard(partition)
-        doomed = [i for i in self.txns if self.log.partition_of(i) == partition]
+        doomed = [i for i in self.txns if self.store.partition_of(i) == partition]
         for txn_id in doomed:
             del self.txns[txn_id]
-        self.log.topic.forget(partition)
+        self.store.forget(partition)
         if was_owned:
             log.info("transaction coordinator unloaded partition", partition=partition,
                      transactional_ids=len(doomed))
 
     def owns(self, txn_id: str) -> bool:
-        return self.log.partition_of(txn_id) in self.owned
+        return self.store.partition_of(txn_id) in self.owned
 
     def _check(self, txn_id: str) -> ErrorCode:
         """NONE if this broker coordinates ``txn_id`` now; else what to answer."""
-        partition = self.log.partition_of(txn_id)
+        partition = self.store.partition_of(txn_id)
         if partition in self.owned:
             return E.NONE
         if partition in self.loading:
@@ -217,7 +217,7 @@ class TransactionCoordinator:
             if txn_id in self._in_flight:
                 continue
             txn.prepare(S.DEAD)  # checks the move; Dead is never stored, a tombstone is
-            if self.log.append(None, txn_id) is E.NONE:
+            if self.store.append(txn_id, [txn_record(txn_id, None)]) is E.NONE:
                 del self.txns[txn_id]
                 log.info("transactional id expired", transactional_id=txn_id,
                          producer_id=txn.producer_id)
@@ -382,10 +382,10 @@ class TransactionCoordinator:
 
     async def _marker_round(self, txn: TxnMetadata) -> None:
         txn_id = txn.transactional_id
-        if await self.log.wait_durable(txn_id, self.timeout_ms) is not E.NONE:
+        if await self.store.wait_durable(txn_id, self.timeout_ms) is not E.NONE:
             return  # retried by the periodic task while we still own the id
         committed = txn.state is S.PREPARE_COMMIT
-        coordinator_epoch = self.log.coordinator_epoch(txn_id)
+        coordinator_epoch = self.store.leader_epoch(txn_id)
         owed = await self.markers.write(txn, committed, coordinator_epoch, self.wall_clock())
         if self.txns.get(txn_id) is not txn:
             return  # unloaded (leadership moved) or replaced while the markers were out
@@ -400,11 +400,11 @@ class TransactionCoordinator:
             return
         log.info("transaction completed", transactional_id=txn_id, producer_id=txn.producer_id,
                  epoch=txn.producer_epoch, committed=committed, partitions=len(txn.partitions))
-        await self.log.wait_durable(txn_id, self.timeout_ms)
+        await self.store.wait_durable(txn_id, self.timeout_ms)
 
     def _install(self, txn: TxnMetadata) -> ErrorCode:
         """Append ``txn`` to the local log and, if that worked, make it current."""
-        error = self.log.append(txn, txn.transactional_id)
+        error = self.store.append(txn.transactional_id, [txn_record(txn.transactional_id, txn)])
         if error is E.NONE:
             self.txns[txn.transactional_id] = txn
         return error
@@ -414,7 +414,7 @@ class TransactionCoordinator:
         error = self._install(txn)
         if error is not E.NONE:
             return error
-        return await self.log.wait_durable(txn.transactional_id, self.timeout_ms)
+        return await self.store.wait_durable(txn.transactional_id, self.timeout_ms)
 
     # -- TxnOffsetCommit and produce verification ----------------------------------
 
