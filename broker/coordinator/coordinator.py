@@ -1,15 +1,14 @@
 """The group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and rebalances.
 
 Theory of operation: a group belongs to the broker leading its partition
-of ``__consumer_offsets``. The coordinator owns the partitions this broker
-leads (on one broker: all of them, loaded at start; in cluster mode it
-hears leadership changes through ``on_leadership``). Becoming leader marks
-the partition loading (requests for its groups get
-COORDINATOR_LOAD_IN_PROGRESS) and a task replays it; losing leadership
-drops its groups at once, answering parked requests NOT_COORDINATOR, and
-the new leader rebuilds them from its own log. Requests for groups of a
-partition not owned here get NOT_COORDINATOR (``check``), so clients look
-the coordinator up again.
+of ``__consumer_offsets``. Which partitions this broker owns, loading them
+and unloading them is the shared coordinator runtime's job
+(``broker.coordinator_runtime``; requests for groups of a partition not
+owned here get NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS from
+``check``, so clients look the coordinator up again). Loading a partition
+replays its groups, offsets and transactional offsets and arms the members'
+session timers; unloading drops its groups at once, answering parked
+requests NOT_COORDINATOR, and the new leader rebuilds them from its own log.
 
 Within an owned partition, requests run on the event loop and change group
 state without awaiting in between, so a request sees and leaves a group
@@ -59,9 +58,10 @@ from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import group_record, load_groups, offsets_store
 from broker.coordinator.timers import Timers
 from broker.coordinator.txn_offsets import TxnOffsets
+from broker.coordinator_runtime import CoordinatorRuntime
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.internal_topics import OFFSETS_TOPIC, InternalTopic
+from replication.internal_topics import InternalTopic
 from storage.log.manager import TopicPartition, now_ms
 
 log = structlog.get_logger(__name__)
@@ -79,15 +79,14 @@ class GroupCoordinator:
         """
         self.config = config
         self.wall_clock = wall_clock
-        self.follow_leadership = follow_leadership
         self.groups: dict[str, Group] = {}
         self.store = offsets_store(topic, wall_clock)
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
         self.txn_offsets = TxnOffsets(self.store, self, wall_clock)
         self.timers = Timers()
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._nursery: trio.Nursery | None = None
+        self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
+            "group coordinator", self.store, self._load, self._unload,
+            follow_leadership=follow_leadership)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -96,31 +95,18 @@ class GroupCoordinator:
         create ``__consumer_offsets`` and load every partition of it."""
         async with trio.open_nursery() as nursery:
             self.timers.attach(nursery)
-            self._nursery = nursery
-            if not self.follow_leadership:
-                await self.store.ensure_topic()
-                for partition in range(self.store.partitions):
-                    self._load(partition)
+            await self.partitions.start(nursery)
             nursery.start_soon(self.offsets.run_expiry)
             task_status.started()
             await trio.sleep_forever()
 
     def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
         """This broker became (or stopped being) the leader of ``tp``."""
-        if tp[0] != OFFSETS_TOPIC:
-            return
-        partition = tp[1]
-        if not leader:
-            self._unload(partition)
-        elif partition not in self.owned and partition not in self.loading:
-            self.loading.add(partition)
-            assert self._nursery is not None, "leadership reported before the coordinator runs"
-            self._nursery.start_soon(self._load_soon, partition)
+        self.partitions.on_leadership(tp, leader)
 
-    async def _load_soon(self, partition: int) -> None:
-        await trio.lowlevel.checkpoint()
-        if partition in self.loading:  # not unloaded meanwhile
-            self._load(partition)
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE if this broker coordinates ``group_id`` now; else what to answer."""
+        return self.partitions.check(group_id)
 
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""
@@ -130,15 +116,10 @@ class GroupCoordinator:
             for member in group.members.values():
                 self._arm_session(group, member)
         self.txn_offsets.replay_partition(partition)
-        self.loading.discard(partition)
-        self.owned.add(partition)
         log.info("group coordinator loaded partition", partition=partition, groups=len(loaded))
 
-    def _unload(self, partition: int) -> None:
-        """Drop the groups of a partition this broker no longer leads."""
-        was_owned = partition in self.owned
-        self.owned.discard(partition)
-        self.loading.discard(partition)
+    def _unload(self, partition: int) -> int:
+        """Drop the groups of a partition this broker no longer leads; how many."""
         dropped = 0
         for group_id, group in list(self.groups.items()):
             if self.store.partition_of(group_id) != partition:
@@ -153,18 +134,7 @@ class GroupCoordinator:
             del self.groups[group_id]
             dropped += 1
         self.txn_offsets.unload(partition)
-        self.store.forget(partition)
-        if was_owned:
-            log.info("group coordinator unloaded partition", partition=partition, groups=dropped)
-
-    def check(self, group_id: str) -> ErrorCode:
-        """NONE if this broker coordinates ``group_id`` now; else what to answer."""
-        partition = self.store.partition_of(group_id)
-        if partition in self.owned:
-            return E.NONE
-        if partition in self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NOT_COORDINATOR
+        return dropped
 
     def _store_group(self, group: Group) -> ErrorCode:
         """Write the group's generation, leader, members and assignments."""
