@@ -3,7 +3,9 @@
 ``group`` holds the state machine, ``coordinator`` the membership protocol
 and rebalances, ``offsets`` commits/fetches/retention, ``admin`` the
 List/Describe/DeleteGroups views, ``records`` and ``offsets_store`` the
-``__consumer_offsets`` formats and their log.
+``__consumer_offsets`` formats and their replay. Partition ownership and the
+log itself are shared with the transaction coordinator
+(``broker.coordinator_runtime``, ``broker.coordinator_store``).
 """
 
 from broker.coordinator.coordinator import GroupCoordinator

@@ -1,15 +1,14 @@
 """The group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and rebalances.
 
 Theory of operation: a group belongs to the broker leading its partition
-of ``__consumer_offsets``. The coordinator owns the partitions this broker
-leads (on one broker: all of them, loaded at start; in cluster mode it
-hears leadership changes through ``on_leadership``). Becoming leader marks
-the partition loading (requests for its groups get
-COORDINATOR_LOAD_IN_PROGRESS) and a task replays it; losing leadership
-drops its groups at once, answering parked requests NOT_COORDINATOR, and
-the new leader rebuilds them from its own log. Requests for groups of a
-partition not owned here get NOT_COORDINATOR (``check``), so clients look
-the coordinator up again.
+of ``__consumer_offsets``. Which partitions this broker owns, loading them
+and unloading them is the shared coordinator runtime's job
+(``broker.coordinator_runtime``; requests for groups of a partition not
+owned here get NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS from
+``check``, so clients look the coordinator up again). Loading a partition
+replays its groups, offsets and transactional offsets and arms the members'
+session timers; unloading drops its groups at once, answering parked
+requests NOT_COORDINATOR, and the new leader rebuilds them from its own log.
 
 Within an owned partition, requests run on the event loop and change group
 state without awaiting in between, so a request sees and leaves a group
@@ -56,12 +55,13 @@ from broker.coordinator.group import (
     SyncResult,
 )
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
-from broker.coordinator.offsets_store import OffsetsStore
+from broker.coordinator.offsets_store import group_record, load_groups, offsets_store
 from broker.coordinator.timers import Timers
 from broker.coordinator.txn_offsets import TxnOffsets
+from broker.coordinator_runtime import CoordinatorRuntime
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.internal_topics import OFFSETS_TOPIC, InternalTopic
+from replication.internal_topics import InternalTopic
 from storage.log.manager import TopicPartition, now_ms
 
 log = structlog.get_logger(__name__)
@@ -79,15 +79,14 @@ class GroupCoordinator:
         """
         self.config = config
         self.wall_clock = wall_clock
-        self.follow_leadership = follow_leadership
         self.groups: dict[str, Group] = {}
-        self.store = OffsetsStore(topic, wall_clock)
+        self.store = offsets_store(topic, wall_clock)
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
-        self.txn_offsets = TxnOffsets(topic, self, wall_clock)
+        self.txn_offsets = TxnOffsets(self.store, self, wall_clock)
         self.timers = Timers()
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._nursery: trio.Nursery | None = None
+        self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
+            "group coordinator", self.store, self._load, self._unload,
+            follow_leadership=follow_leadership)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -96,49 +95,31 @@ class GroupCoordinator:
         create ``__consumer_offsets`` and load every partition of it."""
         async with trio.open_nursery() as nursery:
             self.timers.attach(nursery)
-            self._nursery = nursery
-            if not self.follow_leadership:
-                await self.store.ensure_topic()
-                for partition in range(self.store.partitions):
-                    self._load(partition)
+            await self.partitions.start(nursery)
             nursery.start_soon(self.offsets.run_expiry)
             task_status.started()
             await trio.sleep_forever()
 
     def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
         """This broker became (or stopped being) the leader of ``tp``."""
-        if tp[0] != OFFSETS_TOPIC:
-            return
-        partition = tp[1]
-        if not leader:
-            self._unload(partition)
-        elif partition not in self.owned and partition not in self.loading:
-            self.loading.add(partition)
-            assert self._nursery is not None, "leadership reported before the coordinator runs"
-            self._nursery.start_soon(self._load_soon, partition)
+        self.partitions.on_leadership(tp, leader)
 
-    async def _load_soon(self, partition: int) -> None:
-        await trio.lowlevel.checkpoint()
-        if partition in self.loading:  # not unloaded meanwhile
-            self._load(partition)
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE if this broker coordinates ``group_id`` now; else what to answer."""
+        return self.partitions.check(group_id)
 
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""
-        loaded = self.store.load_groups(partition)
+        loaded = load_groups(self.store, partition)
         self.groups.update(loaded)
         for group in loaded.values():
             for member in group.members.values():
                 self._arm_session(group, member)
         self.txn_offsets.replay_partition(partition)
-        self.loading.discard(partition)
-        self.owned.add(partition)
         log.info("group coordinator loaded partition", partition=partition, groups=len(loaded))
 
-    def _unload(self, partition: int) -> None:
-        """Drop the groups of a partition this broker no longer leads."""
-        was_owned = partition in self.owned
-        self.owned.discard(partition)
-        self.loading.discard(partition)
+    def _unload(self, partition: int) -> int:
+        """Drop the groups of a partition this broker no longer leads; how many."""
         dropped = 0
         for group_id, group in list(self.groups.items()):
             if self.store.partition_of(group_id) != partition:
@@ -153,18 +134,11 @@ class GroupCoordinator:
             del self.groups[group_id]
             dropped += 1
         self.txn_offsets.unload(partition)
-        self.store.topic.forget(partition)
-        if was_owned:
-            log.info("group coordinator unloaded partition", partition=partition, groups=dropped)
+        return dropped
 
-    def check(self, group_id: str) -> ErrorCode:
-        """NONE if this broker coordinates ``group_id`` now; else what to answer."""
-        partition = self.store.partition_of(group_id)
-        if partition in self.owned:
-            return E.NONE
-        if partition in self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NOT_COORDINATOR
+    def _store_group(self, group: Group) -> ErrorCode:
+        """Write the group's generation, leader, members and assignments."""
+        return self.store.append(group.group_id, [group_record(group)])
 
     async def durable(self, group_id: str, error: ErrorCode = E.NONE) -> ErrorCode:
         """``error`` if set; else wait until the group's writes so far are replicated."""
@@ -352,7 +326,7 @@ class GroupCoordinator:
             reply = self._update_member(member, req)
             self._prepare_rebalance(group, "static member rejoined")
             return reply
-        error = self.store.store_group(group)
+        error = self._store_group(group)
         if error is not E.NONE:
             return JoinResult(error, new_id)
         result = self._current_join_result(group, member)
@@ -418,7 +392,7 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_name = None
             group.transition(S.EMPTY, self.wall_clock())
-            self.store.store_group(group)
+            self._store_group(group)
             log.info("group is empty", group=group.group_id, generation=group.generation_id)
             return
         group.protocol_name = group.select_protocol()
@@ -510,7 +484,7 @@ class GroupCoordinator:
     def _apply_assignments(self, group: Group, assignments: dict[str, bytes]) -> None:
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
-        error = self.store.store_group(group)
+        error = self._store_group(group)
         if error is not E.NONE:
             self._reset_assignments(group, error)
             self._prepare_rebalance(group, f"group metadata not stored: {error.name}")

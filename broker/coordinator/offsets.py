@@ -29,8 +29,9 @@ import structlog
 import trio
 
 from broker.coordinator.group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, TopicPartition
-from broker.coordinator.offsets_store import OffsetsStore, group_tombstone, offset_record
+from broker.coordinator.offsets_store import group_tombstone, offset_record
 from broker.coordinator.records import NO_TIMESTAMP, OffsetCommitValue
+from broker.coordinator_store import CoordinatorStore
 from config import BrokerConfig
 from protocol.errors import ErrorCode
 
@@ -55,7 +56,7 @@ class PartitionCommit:
 
 
 class OffsetManager:
-    def __init__(self, config: BrokerConfig, groups: dict[str, Group], store: OffsetsStore,
+    def __init__(self, config: BrokerConfig, groups: dict[str, Group], store: CoordinatorStore,
                  wall_clock: Callable[[], int]) -> None:
         self.config = config
         self.groups = groups

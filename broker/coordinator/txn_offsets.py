@@ -34,11 +34,12 @@ import structlog
 from broker.coordinator import records as grec
 from broker.coordinator.group import GroupState, TopicPartition
 from broker.coordinator.offsets import PartitionCommit
-from broker.coordinator.offsets_store import OFFSETS_TOPIC, offset_record
+from broker.coordinator.offsets_store import offset_record
+from broker.coordinator_store import CoordinatorStore
 from protocol import control
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
-from replication.internal_topics import InternalTopic
+from replication.internal_topics import OFFSETS_TOPIC
 from storage.log.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
@@ -47,29 +48,21 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 E = ErrorCode
-# Append errors -> what Kafka's group coordinator answers a TxnOffsetCommit.
-_APPEND_ERRORS = {
-    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
-    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
-    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
-    E.MESSAGE_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
-    E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
-}
 
 # producer id -> group -> partition -> offset
 Pending = dict[int, dict[str, dict[TopicPartition, grec.OffsetCommitValue]]]
 
 
 class TxnOffsets:
-    def __init__(self, topic: InternalTopic, groups: GroupCoordinator,
+    def __init__(self, store: CoordinatorStore, groups: GroupCoordinator,
                  wall_clock: Callable[[], int]) -> None:
-        self.topic = topic
+        self.store = store
         self.groups = groups
         self.wall_clock = wall_clock
         self.pending: Pending = {}
 
     def offsets_partition(self, group_id: str) -> TopicPartition:
-        return OFFSETS_TOPIC, self.groups.store.partition_of(group_id)
+        return OFFSETS_TOPIC, self.store.partition_of(group_id)
 
     def validate_member(self, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None) -> ErrorCode:
@@ -111,13 +104,10 @@ class TxnOffsets:
             [offset_record(group_id, tp, v) for tp, v in accepted.items()], timestamp=now,
             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
             attributes=batches.ATTR_TRANSACTIONAL)
-        try:
-            self.topic.append(self.offsets_partition(group_id)[1], batch,
-                              AppendOrigin.COORDINATOR)
-        except KafkaApiError as exc:
+        error = self.store.append_batch(group_id, batch, AppendOrigin.COORDINATOR)
+        if error is not E.NONE:
             log.warning("transactional offset commit not written", group=group_id,
-                        producer_id=producer_id, error=exc.code.name, detail=exc.message)
-            error = _APPEND_ERRORS.get(exc.code, exc.code)
+                        producer_id=producer_id, error=error.name)
             return [error if r is E.NONE else r for r in results]
         self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
         return results
@@ -131,7 +121,7 @@ class TxnOffsets:
         by_group = self.pending.get(producer_id)
         if not by_group:
             return
-        for group_id in [g for g in by_group if self.groups.store.partition_of(g) == partition]:
+        for group_id in [g for g in by_group if self.store.partition_of(g) == partition]:
             offsets = by_group.pop(group_id)
             if committed:
                 self.groups.offsets.apply_transactional(group_id, offsets)
@@ -143,7 +133,7 @@ class TxnOffsets:
     def unload(self, partition: int) -> None:
         """Forget the pending offsets of groups living in ``partition``."""
         for producer_id, by_group in list(self.pending.items()):
-            for group_id in [g for g in by_group if self.groups.store.partition_of(g) == partition]:
+            for group_id in [g for g in by_group if self.store.partition_of(g) == partition]:
                 del by_group[group_id]
             if not by_group:
                 del self.pending[producer_id]
@@ -153,7 +143,7 @@ class TxnOffsets:
     def replay_partition(self, partition: int) -> None:
         """Rebuild pending and committed transactional offsets of one partition."""
         # Only transactional batches carry a producer id in this topic.
-        if not self.topic.has_producers(partition):
+        if not self.store.topic.has_producers(partition):
             return
         applied = self._replay_partition((OFFSETS_TOPIC, partition))
         if applied or self.pending:
@@ -165,7 +155,7 @@ class TxnOffsets:
         # (group, partition) -> (log position, value) of the latest write
         latest: dict[tuple[str, TopicPartition], tuple[int, grec.OffsetCommitValue | None]] = {}
         txn_keys: set[tuple[str, TopicPartition]] = set()
-        for header, data in self.topic.replay(tp[1]):
+        for header, data in self.store.topic.replay(tp[1]):
             if header.is_control:
                 self._replay_marker(header, data, pending, latest, txn_keys)
                 continue

@@ -106,7 +106,7 @@ async def _find(ctx: BrokerContext, key_type: int, key: str, listener: str | Non
         internal = ctx.groups.store.topic if ctx.groups is not None else None
     elif key_type == TRANSACTION_KEY_TYPE:
         topic = TRANSACTION_TOPIC
-        internal = ctx.transactions.log.topic if ctx.transactions is not None else None
+        internal = ctx.transactions.store.topic if ctx.transactions is not None else None
     else:
         return (_error(ctx, "FindCoordinator", ErrorCode.INVALID_REQUEST),
                 f"key type {key_type}", None)

@@ -2,13 +2,13 @@
 EndTxn, TxnOffsetCommit, transaction timeouts and transactional-id expiry.
 
 Theory of operation: a transactional id belongs to the broker leading its
-partition of ``__transaction_state``. The coordinator owns the partitions
-this broker leads (one broker: all, loaded at start; cluster mode: as
-``on_leadership`` reports them). Becoming leader marks a partition loading
-(COORDINATOR_LOAD_IN_PROGRESS) until a task has replayed it and sent the
+partition of ``__transaction_state``. Which partitions this broker owns,
+loading them and unloading them is the shared coordinator runtime's job
+(``broker.coordinator_runtime``; requests for ids of a partition not owned
+here get NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS until it is
+replayed). Once a partition is loaded and owned, the coordinator sends the
 markers its prepared transactions still owe; losing leadership drops its
-ids at once. Requests for ids of partitions not owned here get
-NOT_COORDINATOR.
+ids at once.
 
 State changes are made without awaiting in between: a new ``TxnMetadata``
 version is appended to the local log and installed only if that append
@@ -52,7 +52,8 @@ import trio
 
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
-from broker.transactions.log_store import TxnLogStore
+from broker.coordinator_runtime import CoordinatorRuntime
+from broker.transactions.log_store import load_txns, txn_record, txn_store
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import (
     EXPIRABLE,
@@ -66,7 +67,7 @@ from broker.transactions.state import (
 )
 from config import BrokerConfig
 from protocol.errors import ErrorCode
-from replication.internal_topics import OFFSETS_TOPIC, TRANSACTION_TOPIC, InternalTopic
+from replication.internal_topics import OFFSETS_TOPIC, InternalTopic
 from storage.log.manager import now_ms
 
 log = structlog.get_logger(__name__)
@@ -95,16 +96,15 @@ class TransactionCoordinator:
         self.markers = markers
         self.wall_clock = wall_clock
         self.allocate_producer_id = allocate_producer_id
-        self.follow_leadership = follow_leadership
-        self.log = TxnLogStore(topic, wall_clock)
+        self.store = txn_store(topic, wall_clock)
         self.groups = groups
         if groups is not None:
             markers.complete_offsets = groups.txn_offsets.complete
         self.txns: dict[str, TxnMetadata] = {}
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
         self._in_flight: set[str] = set()
-        self._nursery: trio.Nursery | None = None
+        self.partitions: CoordinatorRuntime[list[TxnMetadata]] = CoordinatorRuntime(
+            "transaction coordinator", self.store, self._load, self._unload,
+            after_load=self._complete_prepared, follow_leadership=follow_leadership)
 
     @property
     def timeout_ms(self) -> int:
@@ -116,12 +116,7 @@ class TransactionCoordinator:
         """Run timers, partition loads and marker rounds until cancelled. On one
         broker, first create ``__transaction_state`` and load all of it."""
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            if not self.follow_leadership:
-                await self.log.ensure_topic()
-                for partition in range(self.log.partitions):
-                    self.loading.add(partition)
-                    await self._load(partition)
+            await self.partitions.start(nursery)
             task_status.started()
             nursery.start_soon(self._every,
                                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
@@ -132,54 +127,31 @@ class TransactionCoordinator:
 
     def on_leadership(self, tp: tuple[str, int], leader: bool) -> None:
         """This broker became (or stopped being) the leader of ``tp``."""
-        if tp[0] != TRANSACTION_TOPIC:
-            return
-        partition = tp[1]
-        if not leader:
-            self._unload(partition)
-        elif partition not in self.owned and partition not in self.loading:
-            self.loading.add(partition)
-            assert self._nursery is not None, "leadership reported before the coordinator runs"
-            self._nursery.start_soon(self._load, partition)
+        self.partitions.on_leadership(tp, leader)
 
-    async def _load(self, partition: int) -> None:
-        """Replay one partition; finish the transactions it left prepared."""
-        await trio.lowlevel.checkpoint()
-        if partition not in self.loading:
-            return  # unloaded before the load ran
-        loaded = self.log.load(partition)
+    def _load(self, partition: int) -> list[TxnMetadata]:
+        """Replay one partition; returns the transactions it left prepared."""
+        loaded = load_txns(self.store, partition)
         self.txns.update(loaded)
-        self.loading.discard(partition)
-        self.owned.add(partition)
         prepared = [t for t in loaded.values() if t.state in PREPARED]
         log.info("transaction coordinator loaded partition", partition=partition,
                  transactional_ids=len(loaded), prepared=len(prepared))
+        return prepared
+
+    async def _complete_prepared(self, prepared: list[TxnMetadata]) -> None:
+        """Finish the transactions a loaded partition left prepared."""
         for txn in prepared:
             await self._send_markers(txn)
 
-    def _unload(self, partition: int) -> None:
-        was_owned = partition in self.owned
-        self.owned.discard(partition)
-        self.loading.discard(partition)
-        doomed = [i for i in self.txns if self.log.partition_of(i) == partition]
+    def _unload(self, partition: int) -> int:
+        """Drop the ids of a partition this broker no longer leads; how many."""
+        doomed = [i for i in self.txns if self.store.partition_of(i) == partition]
         for txn_id in doomed:
             del self.txns[txn_id]
-        self.log.topic.forget(partition)
-        if was_owned:
-            log.info("transaction coordinator unloaded partition", partition=partition,
-                     transactional_ids=len(doomed))
+        return len(doomed)
 
     def owns(self, txn_id: str) -> bool:
-        return self.log.partition_of(txn_id) in self.owned
-
-    def _check(self, txn_id: str) -> ErrorCode:
-        """NONE if this broker coordinates ``txn_id`` now; else what to answer."""
-        partition = self.log.partition_of(txn_id)
-        if partition in self.owned:
-            return E.NONE
-        if partition in self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NOT_COORDINATOR
+        return self.partitions.owns(txn_id)
 
     async def _every(self, interval_key: str, task: Callable[[], Awaitable[None]]) -> None:
         interval = max(int(self.config[interval_key]), 1) / 1000
@@ -217,7 +189,7 @@ class TransactionCoordinator:
             if txn_id in self._in_flight:
                 continue
             txn.prepare(S.DEAD)  # checks the move; Dead is never stored, a tombstone is
-            if self.log.append(None, txn_id) is E.NONE:
+            if self.store.append(txn_id, [txn_record(txn_id, None)]) is E.NONE:
                 del self.txns[txn_id]
                 log.info("transactional id expired", transactional_id=txn_id,
                          producer_id=txn.producer_id)
@@ -233,13 +205,13 @@ class TransactionCoordinator:
         """
         if not txn_id:
             return InitResult(E.INVALID_REQUEST)
-        if (code := self._check(txn_id)) is not E.NONE:
+        if (code := self.partitions.check(txn_id)) is not E.NONE:
             return InitResult(code)
         if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
         if txn_id not in self.txns:
             pid = await self.allocate_producer_id()
-            if (code := self._check(txn_id)) is not E.NONE:
+            if (code := self.partitions.check(txn_id)) is not E.NONE:
                 return InitResult(code)
             self.txns.setdefault(txn_id, TxnMetadata(txn_id, pid, NO_PRODUCER_EPOCH, timeout_ms,
                                                      S.EMPTY, last_update_timestamp=self.wall_clock()))
@@ -282,7 +254,7 @@ class TransactionCoordinator:
         """The id's metadata if the producer is its current one, else the error."""
         if not txn_id:
             return E.INVALID_REQUEST
-        if (code := self._check(txn_id)) is not E.NONE:
+        if (code := self.partitions.check(txn_id)) is not E.NONE:
             return code
         txn = self.txns.get(txn_id)
         if txn is None or txn.producer_id != producer_id:
@@ -382,10 +354,10 @@ class TransactionCoordinator:
 
     async def _marker_round(self, txn: TxnMetadata) -> None:
         txn_id = txn.transactional_id
-        if await self.log.wait_durable(txn_id, self.timeout_ms) is not E.NONE:
+        if await self.store.wait_durable(txn_id, self.timeout_ms) is not E.NONE:
             return  # retried by the periodic task while we still own the id
         committed = txn.state is S.PREPARE_COMMIT
-        coordinator_epoch = self.log.coordinator_epoch(txn_id)
+        coordinator_epoch = self.store.leader_epoch(txn_id)
         owed = await self.markers.write(txn, committed, coordinator_epoch, self.wall_clock())
         if self.txns.get(txn_id) is not txn:
             return  # unloaded (leadership moved) or replaced while the markers were out
@@ -400,11 +372,11 @@ class TransactionCoordinator:
             return
         log.info("transaction completed", transactional_id=txn_id, producer_id=txn.producer_id,
                  epoch=txn.producer_epoch, committed=committed, partitions=len(txn.partitions))
-        await self.log.wait_durable(txn_id, self.timeout_ms)
+        await self.store.wait_durable(txn_id, self.timeout_ms)
 
     def _install(self, txn: TxnMetadata) -> ErrorCode:
         """Append ``txn`` to the local log and, if that worked, make it current."""
-        error = self.log.append(txn, txn.transactional_id)
+        error = self.store.append(txn.transactional_id, [txn_record(txn.transactional_id, txn)])
         if error is E.NONE:
             self.txns[txn.transactional_id] = txn
         return error
@@ -414,7 +386,7 @@ class TransactionCoordinator:
         error = self._install(txn)
         if error is not E.NONE:
             return error
-        return await self.log.wait_durable(txn.transactional_id, self.timeout_ms)
+        return await self.store.wait_durable(txn.transactional_id, self.timeout_ms)
 
     # -- TxnOffsetCommit and produce verification ----------------------------------
 

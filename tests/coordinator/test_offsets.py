@@ -12,8 +12,8 @@ import trio
 from broker.coordinator import GroupCoordinator, admin
 from broker.coordinator.group import GroupState
 from broker.coordinator.offsets import PartitionCommit
-from broker.coordinator.offsets_store import OFFSETS_TOPIC
 from protocol.errors import ErrorCode as E
+from replication.internal_topics import OFFSETS_TOPIC
 from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
 from tests.coordinator.test_coordinator import request, stable_group
 from tests.coordinator.test_group import subscription

@@ -81,9 +81,9 @@ async def test_transaction_coordinator_follows_leadership(nursery, config, node)
     txns = TransactionCoordinator(config, node.internal.transactions, groups,
                                   MarkerWriter(0, node.replicas, node.metadata, 30_000),
                                   allocate, trio_wall_clock, follow_leadership=True)
-    await txns.log.ensure_topic()
+    await txns.store.ensure_topic()
     await nursery.start(txns.run)
-    tp = (TRANSACTION_TOPIC, txns.log.partition_of("tx"))
+    tp = (TRANSACTION_TOPIC, txns.store.partition_of("tx"))
     assert (await txns.init_producer_id("tx", 60_000, None)).error is E.NOT_COORDINATOR
     txns.on_leadership(tp, True)
     assert (await txns.init_producer_id("tx", 60_000, None)).error \

@@ -18,14 +18,14 @@ import trio
 
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
-from broker.coordinator.offsets_store import OFFSETS_TOPIC
 from broker.transactions import TransactionCoordinator
-from broker.transactions.log_store import TRANSACTION_TOPIC
+from broker.transactions.log_store import txn_record
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import TxnState
 from protocol import records
 from protocol.errors import ErrorCode as E
 from protocol.errors import KafkaApiError
+from replication.internal_topics import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from tests.coordinator.conftest import make_config, make_node, trio_wall_clock
 
 S = TxnState
@@ -273,7 +273,7 @@ async def test_a_prepared_transaction_is_completed_on_load(broker):
     pid, epoch = await begin(broker)
     broker.produce(T0, pid, epoch)
     prepared = broker.txns.txns["tx"].prepare(S.PREPARE_ABORT)
-    assert broker.txns.log.append(prepared, "tx") is E.NONE  # crash right after this
+    assert broker.txns.store.append("tx", [txn_record("tx", prepared)]) is E.NONE  # crash right after this
     await broker.restart()
     assert broker.txns.txns["tx"].state is S.COMPLETE_ABORT
     assert broker.lso(T0) == broker.hw(T0)
@@ -282,7 +282,7 @@ async def test_a_prepared_transaction_is_completed_on_load(broker):
 
 async def test_state_records_are_kafka_formatted_in_the_ids_partition(broker):
     await broker.txns.init_producer_id("tx", TIMEOUT_MS, None)
-    index = broker.txns.log.partition_of("tx")
+    index = broker.txns.store.partition_of("tx")
     assert broker.hw((TRANSACTION_TOPIC, index)) == 1
     assert sum(broker.hw((TRANSACTION_TOPIC, i)) for i in range(3)) == 1
 
@@ -350,3 +350,31 @@ async def test_txn_offset_commit_errors(broker):
     big = [PartitionCommit("t", 0, 1, -1, "x" * 5000)]
     assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, big) == \
         [E.OFFSET_METADATA_TOO_LARGE]
+
+
+# -- storage errors (Kafka's TransactionStateManager / GroupMetadataManager answers) --------
+
+
+def _disk_gone(*args: object, **kwargs: object) -> None:
+    raise OSError("disk gone")
+
+
+async def test_a_storage_error_on_the_state_log_is_answered_not_coordinator(broker,
+                                                                            monkeypatch):
+    pid, epoch = await begin(broker)
+    monkeypatch.setattr(broker.txns.store.topic, "append_records", _disk_gone)
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NOT_COORDINATOR
+    assert broker.txns.txns["tx"].state is S.ONGOING  # nothing installed
+    assert (await broker.txns.init_producer_id("other", TIMEOUT_MS, None)).error \
+        is E.NOT_COORDINATOR
+
+
+async def test_a_storage_error_on_transactional_offsets_is_answered_not_coordinator(
+        broker, monkeypatch):
+    pid, epoch = await begin(broker, tps=(T1,))
+    assert await broker.txns.add_offsets("tx", pid, epoch, "g") is E.NONE
+    monkeypatch.setattr(broker.groups.store.topic, "append", _disk_gone)
+    commit = [PartitionCommit("t", 0, 1, -1, None)]
+    assert await broker.txns.txn_offset_commit("tx", "g", pid, epoch, -1, "", None, commit) == \
+        [E.NOT_COORDINATOR]
+    assert not broker.groups.txn_offsets.pending
