@@ -27,23 +27,21 @@ log stay pending until the coordinator ends them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
 from broker.coordinator import records as grec
-from broker.coordinator.group import GroupState, TopicPartition
-from broker.coordinator.offsets import PartitionCommit
+from broker.coordinator.group import Group, GroupState, TopicPartition
+from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import offset_record
 from broker.coordinator_store import CoordinatorStore
+from config import BrokerConfig
 from protocol import control
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.internal_topics import OFFSETS_TOPIC
 from storage.log.producer_state import AppendOrigin
-
-if TYPE_CHECKING:
-    from broker.coordinator.coordinator import GroupCoordinator
 
 log = structlog.get_logger(__name__)
 
@@ -53,8 +51,17 @@ E = ErrorCode
 Pending = dict[int, dict[str, dict[TopicPartition, grec.OffsetCommitValue]]]
 
 
+class Groups(Protocol):
+    """What transactional offsets read of the group coordinator
+    (``broker.coordinator.coordinator``): its settings, groups and offsets."""
+
+    config: BrokerConfig
+    groups: dict[str, Group]
+    offsets: OffsetManager
+
+
 class TxnOffsets:
-    def __init__(self, store: CoordinatorStore, groups: GroupCoordinator,
+    def __init__(self, store: CoordinatorStore, groups: Groups,
                  wall_clock: Callable[[], int]) -> None:
         self.store = store
         self.groups = groups
