@@ -4,8 +4,8 @@ remote.log.storage.system.enable=true).
 Builds the RemoteStorageManager named by remote.log.storage.manager.class.name
 (rsm.config.* passed through), the RemoteLogMetadataManager (the built-in
 topic-based one over ``__remote_log_metadata``, or a dotted path), and the
-RemoteLogManager with the reader pool and the remote lookups, and runs
-them: the metadata manager starts and catches up before any tiered
+RemoteLogManager with the reader pool, the remote lookups and the gauges,
+and runs them: the metadata manager starts and catches up before any tiered
 partition starts its tasks.
 
 In cluster mode the metadata topic is replicated like any other
@@ -39,6 +39,7 @@ from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
 from storage.remote import chunk_cache
 from storage.remote.copy_process import ProcessCopier
+from storage.remote.gauges import RemoteGaugeCollector
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.read_pool import RemoteReadPool
@@ -63,6 +64,7 @@ class Tiering:
     rlmm: Any
     manager: RemoteLogManager
     reads: RemoteReadPool
+    gauges: RemoteGaugeCollector
     replicas: ReplicaManager
     admin: TopicAdmin
 
@@ -74,6 +76,7 @@ class Tiering:
                 self.admin.resume_remote_deletes()
             await nursery.start(self.reads.run)
             nursery.start_soon(self.manager.run)
+            nursery.start_soon(self.gauges.run)
             task_status.started()
 
     async def _run_rlmm(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -148,7 +151,8 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
             logging.getLevelName(str(config["tierd.log.level"]).upper()))
     manager = RemoteLogManager(config, services)
     reads = RemoteReadPool(services, manager)
-    services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
+    gauges = RemoteGaugeCollector(manager.partitions, services)
+    registry.register(gauges)
     replicas.set_remote(manager, reads, RemoteLookups(services, manager))
 
     if isinstance(admin, LocalTopicAdmin):
@@ -156,7 +160,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     log.info("tiered storage on", storage_manager=rsm_class,
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
-    return Tiering(rlmm, manager, reads, replicas, admin)
+    return Tiering(rlmm, manager, reads, gauges, replicas, admin)
 
 
 def copy_processes(setting: int, rsm: Any) -> int:

@@ -17,7 +17,7 @@ whose tier boundary it follows, and removals of deleted or disabled
 partitions' remote data. The read side only asks it for a partition
 (``TieredPartitions``): remote record reads are the reader pool's
 (``storage.remote.read_pool``), aborted-transaction and timestamp lookups
-``storage.remote.lookups``'s. The manager still computes the gauges.
+``storage.remote.lookups``'s, and the gauges ``storage.remote.gauges``'s.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from storage.log.manager import TopicPartition
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
 from storage.remote.chunk_cache import ChunkCache
-from storage.remote.copier import copy_candidates, copy_segments
+from storage.remote.copier import copy_segments
 from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.lineage import highest_remote_offset, restore_remote_epochs
-from storage.remote.metrics import BusyTracker, RemoteMetrics, chunk_cache_metrics
+from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
 from storage.remote.remover import PartitionRemover, Removal
@@ -336,43 +336,6 @@ class RemoteLogManager:
                           partition=p.tip.partition, retry_in_ms=delay)
         else:
             backoff.succeeded()
-
-
-    # -- metrics -------------------------------------------------------------------
-
-    def partition_gauges(self) -> list[tuple[str, int, dict[str, float]]]:
-        out = []
-        for (topic, partition), p in list(self.partitions.items()):
-            if not p.ready:
-                continue
-            segments = list(self.svc.rlmm.list_remote_log_segments(p.tip))
-            finished = [m for m in segments
-                        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-            lag = copy_candidates(p) if not p.cancelled else []
-            gauges = {
-                "RemoteLogSizeBytes": float(sum(m.segment_size_in_bytes for m in finished)),
-                "RemoteLogMetadataCount": float(len(segments)),
-                "RemoteCopyLagBytes": float(sum(s.size for s in lag)),
-                "RemoteCopyLagSegments": float(len(lag)),
-            }
-            if p.audit is not None:
-                gauges.update({
-                    "RemoteOrphanObjects": float(p.audit.orphan_objects),
-                    "RemoteOrphanBytes": float(p.audit.orphan_bytes),
-                    "RemoteMissingSegments": float(p.audit.missing_segments),
-                    "RemoteSizeMismatchSegments": float(p.audit.size_mismatches),
-                })
-            out.append((topic, partition, gauges))
-        return out
-
-    def broker_gauges(self) -> dict[str, float]:
-        return {
-            "RemoteLogReaderTaskQueueSize": float(
-                self.svc.reader_limiter.statistics().tasks_waiting),
-            "RemoteLogReaderAvgIdlePercent": self.svc.reader_busy.idle_percent(),
-            "RemoteLogManagerTasksAvgIdlePercent": self.svc.tasks_busy.idle_percent(),
-            **chunk_cache_metrics(self.svc.chunks),
-        }
 
 
 def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any,
