@@ -4,8 +4,9 @@ remote.log.storage.system.enable=true).
 Builds the RemoteStorageManager named by remote.log.storage.manager.class.name
 (rsm.config.* passed through), the RemoteLogMetadataManager (the built-in
 topic-based one over ``__remote_log_metadata``, or a dotted path), and the
-RemoteLogManager, and runs them: the metadata manager starts and catches up
-before any tiered partition starts its tasks.
+RemoteLogManager with the reader pool, the remote lookups and the gauges,
+and runs them: the metadata manager starts and catches up before any tiered
+partition starts its tasks.
 
 In cluster mode the metadata topic is replicated like any other
 (``ClusterMetadataLog``: writes to each metadata partition's leader, reads
@@ -38,7 +39,10 @@ from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
 from storage.remote import chunk_cache
 from storage.remote.copy_process import ProcessCopier
+from storage.remote.gauges import RemoteGaugeCollector
+from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager, build_services
+from storage.remote.read_pool import RemoteReadPool
 from storage.remote.rlmm import (
     DEFAULT_NUM_PARTITIONS,
     NUM_PARTITIONS_CONFIG,
@@ -59,6 +63,8 @@ DEFAULT_RLMM_REPLICATION_FACTOR = 3
 class Tiering:
     rlmm: Any
     manager: RemoteLogManager
+    reads: RemoteReadPool
+    gauges: RemoteGaugeCollector
     replicas: ReplicaManager
     admin: TopicAdmin
 
@@ -68,7 +74,9 @@ class Tiering:
             self.replicas.start_tiering_all()
             if isinstance(self.admin, LocalTopicAdmin):
                 self.admin.resume_remote_deletes()
+            await nursery.start(self.reads.run)
             nursery.start_soon(self.manager.run)
+            nursery.start_soon(self.gauges.run)
             task_status.started()
 
     async def _run_rlmm(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -144,15 +152,17 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
             rsm_class, rsm_settings, processes,
             logging.getLevelName(str(config["tierd.log.level"]).upper()))
     manager = RemoteLogManager(config, services)
-    services.metrics.add_gauges(manager.partition_gauges, manager.broker_gauges)
-    replicas.set_remote(manager)
+    reads = RemoteReadPool(services, manager)
+    gauges = RemoteGaugeCollector(manager.partitions, services)
+    registry.register(gauges)
+    replicas.set_remote(manager, reads, RemoteLookups(services, manager))
 
     if isinstance(admin, LocalTopicAdmin):
         manager.on_partition_removed = admin.remote_delete_done
     log.info("tiered storage on", storage_manager=rsm_class,
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
-    return Tiering(rlmm, manager, replicas, admin)
+    return Tiering(rlmm, manager, reads, gauges, replicas, admin)
 
 
 def copy_processes(setting: int, rsm: Any) -> int:

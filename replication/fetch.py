@@ -14,7 +14,9 @@ that needs remote data gets it: the reads run concurrently, each within its
 share of fetch.max.bytes, and the response waits for them at most
 remote.fetch.max.wait.ms (KIP-1018). A partition whose remote read did not
 finish by then is answered empty without error (its high watermark tells the
-client there is more), and the client's retry joins the read still in flight.
+client there is more), and the client's retry joins the read still in flight:
+the reads park in the remote-fetch purgatory (``replication.purgatory``)
+until the reader pool completes them.
 A follower gets OFFSET_MOVED_TO_TIERED_STORAGE and rebuilds from the tier.
 
 Followers (a replica id >= 0) read up to the leader's log end, not the high
@@ -230,8 +232,8 @@ async def _read_remote(replicas: ReplicaManager, params: FetchParams,
     Returns:
         (bytes read, whether any partition got an error).
     """
-    rlm = replicas.remote
-    assert rlm is not None
+    reads, lookups = replicas.remote_reads, replicas.remote_lookups
+    assert reads is not None and lookups is not None
     deadline = trio.current_time() + replicas.config["remote.fetch.max.wait.ms"] / 1000
     budget = max(params.max_bytes - total, 0)
     jobs = []
@@ -245,11 +247,12 @@ async def _read_remote(replicas: ReplicaManager, params: FetchParams,
         p = params.partitions[i]
         tp = (p.topic, p.partition)
         try:
-            data = await rlm.read(tp, p.offset, share, min_one, deadline)
+            data = await replicas.remote_fetches.read(reads, tp, p.offset, share, min_one,
+                                                      deadline)
             result = FetchResult(records=data or b"", remote=True)
             if params.read_committed and data:
                 last = max(h.last_offset for h in records.iter_headers(data))
-                result.aborted = await rlm.collect_aborted(tp, p.offset, last + 1)
+                result.aborted = await lookups.collect_aborted(tp, p.offset, last + 1)
             results[i] = result
         except KafkaApiError as exc:
             results[i] = FetchResult(exc.code)

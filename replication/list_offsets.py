@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.partition import Partition
-from storage.remote.manager import RemoteLogManager
+from storage.remote.lookups import RemoteLookups
 
 LATEST = -1
 EARLIEST = -2
@@ -24,8 +24,8 @@ LATEST_TIERED = -5
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-async def lookup(part: Partition, rlm: RemoteLogManager | None, timestamp: int, version: int,
-                 committed: bool) -> tuple[int, int, int]:
+async def lookup(part: Partition, remote: RemoteLookups | None, timestamp: int,
+                 version: int, committed: bool) -> tuple[int, int, int]:
     """(offset, timestamp, leader epoch) for one partition.
 
     Raises:
@@ -53,27 +53,29 @@ async def lookup(part: Partition, rlm: RemoteLogManager | None, timestamp: int, 
         return tiered, -1, lg.epochs.epoch_for_offset(tiered)
     if timestamp < 0 and timestamp != MAX_TIMESTAMP:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
-    found = await _search(part, rlm, timestamp)
+    found = await _search(part, remote, timestamp)
     if found is None or found[0] >= (part.last_stable_offset if committed else part.high_watermark):
         return -1, -1, -1
     return found[0], found[1], lg.epochs.epoch_for_offset(found[0])
 
 
-async def _search(part: Partition, rlm: RemoteLogManager | None,
+async def _search(part: Partition, remote: RemoteLookups | None,
                   timestamp: int) -> tuple[int, int] | None:
+    """Remote lookups answer only for a partition this broker leads with
+    tiering on (None otherwise), so the local log decides the rest."""
     lg = part.log
     tp = part.tp
-    if rlm is None or tp not in rlm.partitions or not lg.config.remote_storage_enable:
-        rlm = None
+    if not lg.config.remote_storage_enable:
+        remote = None
     if timestamp == MAX_TIMESTAMP:
         local = lg.max_timestamp_offset()
-        if rlm is not None:
-            remote_max = rlm.remote_max_timestamp(tp)
+        if remote is not None:
+            remote_max = remote.remote_max_timestamp(tp)
             if remote_max is not None and (local is None or remote_max > local[1]):
-                return await rlm.offset_for_timestamp(tp, remote_max)
+                return await remote.offset_for_timestamp(tp, remote_max)
         return local
-    if rlm is not None:
-        found = await rlm.offset_for_timestamp(tp, timestamp)
+    if remote is not None:
+        found = await remote.offset_for_timestamp(tp, timestamp)
         if found is not None:
             return found
     return lg.offset_for_timestamp(timestamp)

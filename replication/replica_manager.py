@@ -41,13 +41,15 @@ from replication.fetch_session import FetchSession, FetchSessionCache
 from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
-from replication.purgatory import Purgatory
+from replication.purgatory import Purgatory, RemoteFetchPurgatory
 from replication.replica_selector import LEADER, preferred_read_replica
 from storage.log.file_slice import FileSlice
 from storage.log.log import AppendResult, Log
 from storage.log.manager import LogManager, TopicPartition
 from storage.log.producer_state import AppendOrigin
+from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager
+from storage.remote.read_pool import RemoteReadPool
 from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
@@ -88,8 +90,13 @@ class ReplicaManager:
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
-        # The RemoteLogManager when tiered storage is on (``set_remote``).
+        # Tiered storage, when it is on (``set_remote``): the RemoteLogManager,
+        # the reader pool and the remote lookups.
         self._remote: RemoteLogManager | None = None
+        self.remote_reads: RemoteReadPool | None = None
+        self.remote_lookups: RemoteLookups | None = None
+        # Consumers' remote reads, parked until the reader pool completes them.
+        self.remote_fetches = RemoteFetchPurgatory()
         # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
         self.stats = ReplicaStats()
         # Told about partitions whose ISR may change (set by cluster mode).
@@ -256,16 +263,21 @@ class ReplicaManager:
         """The RemoteLogManager, or None while tiered storage is off."""
         return self._remote
 
-    def set_remote(self, manager: RemoteLogManager) -> None:
-        """Tiered storage is on: ``manager`` tiers this broker's partitions (set
-        once by the tiering wiring, before ``start_tiering_all``)."""
+    def set_remote(self, manager: RemoteLogManager, reads: RemoteReadPool,
+                   lookups: RemoteLookups) -> None:
+        """Tiered storage is on: ``manager`` tiers this broker's partitions,
+        ``reads`` and ``lookups`` serve consumers from the tier (set once by
+        the tiering wiring, before ``start_tiering_all``)."""
         self._remote = manager
+        self.remote_reads = reads
+        self.remote_lookups = lookups
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.logs.run, self.high_watermark)
+            nursery.start_soon(self.remote_fetches.run)
             await trio.sleep_forever()
 
     async def shutdown(self) -> None:
@@ -595,7 +607,8 @@ class ReplicaManager:
         """
         part = self.leader_partition(tp)
         self.check_leader_epoch(part, current_leader_epoch)
-        return await list_offsets.lookup(part, self._remote, timestamp, version, committed)
+        return await list_offsets.lookup(part, self.remote_lookups, timestamp, version,
+                                        committed)
 
     def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
                              leader_epoch: int) -> tuple[int, int]:

@@ -438,6 +438,7 @@ def exported_metrics() -> list[MetricRow]:
     from broker.metrics import BrokerMetrics
     from replication.follower_state import FollowerState
     from replication.metrics import ControllerStats, ReplicaStats, ReplicationCollector
+    from storage.remote.gauges import RemoteGaugeCollector
     from storage.remote.metrics import RemoteMetrics
 
     def replicas() -> Any:
@@ -465,7 +466,7 @@ def exported_metrics() -> list[MetricRow]:
 
     remote_registry = CollectorRegistry()
     remote = RemoteMetrics(remote_registry)
-    remote.add_gauges(lambda: [], lambda: {})
+    remote_registry.register(RemoteGaugeCollector({}, SimpleNamespace()))
     _touch_labelled(remote)
     tiered = _families(remote_registry)
 
@@ -524,8 +525,9 @@ def render_metrics() -> str:
         "",
         "*When*: `always`; `tiering on` (`remote.log.storage.system.enable=true`); "
         "`cluster mode` (`zookeeper.connect` set). Gauges computed from partition state are "
-        "refreshed on the event loop every second (replication, log sizes) or at scrape "
-        "time (tiered storage).",
+        "refreshed on the event loop every second (replication, tiered storage, log "
+        "sizes) and scrapes read that copy; the remote pools' idle percentages are averages "
+        "over the last 30 seconds, whatever the scrape interval.",
         "",
         "| Exported name | Type | Labels | When | Meaning |",
         "|---|---|---|---|---|",

@@ -83,3 +83,17 @@ def test_probe_detects_trio_our_packages_files_and_sockets():
     assert "config.topic" in result["modules"]
     assert [e[0] for e in result["events"]][:1] == ["open"]
     assert any(e[0].startswith("socket.") for e in result["events"])
+
+
+# storage/ is below replication/ and broker/: it defines the interfaces they
+# implement (e.g. rlmm_api.MetadataLog, read_pool.ReadCompletion) and never imports them.
+STORAGE_MODULES = sorted(
+    os.path.relpath(os.path.join(root, name), REPO)[:-3].replace(os.sep, ".")
+    for root, _, names in os.walk(os.path.join(REPO, "storage"))
+    for name in names if name.endswith(".py") and name != "__init__.py")
+
+
+def test_storage_imports_neither_replication_nor_broker():
+    result = _import_in_fresh_interpreter(*STORAGE_MODULES)
+    assert "storage.remote.read_pool" in result["modules"]
+    assert not [m for m in result["modules"] if m.split(".")[0] in ("replication", "broker")]

@@ -1,4 +1,4 @@
-"""RemoteLogManager: tiering tasks for leader partitions, and remote reads.
+"""RemoteLogManager: which partitions are tiered here, and their tiering tasks.
 
 Theory of operation
 -------------------
@@ -12,25 +12,17 @@ poisoned partition never stops the others. Cycles of different partitions
 run concurrently; the KIP's pools (copier, expiration, reader) are
 ``trio.CapacityLimiter``s around the blocking storage calls.
 
-Reads: ``read`` answers a consumer fetch below the local log start. Reads are
-de-duplicated while in flight (a client that gave up after
-remote.fetch.max.wait.ms and asks again joins the same read) and their
-result is kept briefly so the retry is served at once. At most
-remote.log.reader.max.pending.tasks reads are queued; beyond that a read
-fails at once with KAFKA_STORAGE_ERROR instead of stalling the fetch.
-
-Remote storage being slow or down never blocks produce or local reads: no
-call here runs on the event loop, and fetch handlers wait for remote results
-only up to remote.fetch.max.wait.ms.
+The manager owns the tiered partitions: leaders it runs tasks for, followers
+whose tier boundary it follows, and removals of deleted or disabled
+partitions' remote data. The read side only asks it for a partition
+(``TieredPartitions``): remote record reads are the reader pool's
+(``storage.remote.read_pool``), aborted-transaction and timestamp lookups
+``storage.remote.lookups``'s, and the gauges ``storage.remote.gauges``'s.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -38,70 +30,38 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.log import Log
-from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, collect_overlapping, decode_entries
-from storage.remote import reader
+from storage.log.manager import TopicPartition
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
 from storage.remote.chunk_cache import ChunkCache
-from storage.remote.copier import copy_candidates, copy_segments
+from storage.remote.copier import copy_segments
 from storage.remote.expirer import expire_segments, sync_log_start
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.lineage import highest_remote_offset, restore_remote_epochs
-from storage.remote.metrics import BusyTracker, RemoteMetrics, chunk_cache_metrics
-from storage.remote.naming import lacks_txn_index
+from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.partition_state import RemoteServices, TieredPartition
 from storage.remote.quota import RateQuota
 from storage.remote.remover import PartitionRemover, Removal
-from storage.remote.types import (
-    IndexType,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-    TopicIdPartition,
-)
+from storage.remote.types import RemoteLogSegmentState, RemoteStorageError, TopicIdPartition
 
 log = structlog.get_logger(__name__)
-
-TopicPartition = tuple[str, int]
-
-# Remote segments whose parsed transaction index is kept in memory (entries
-# are 34 bytes and rare; this bounds a pathological topic).
-_TXN_INDEX_CACHE_SEGMENTS = 1024
-
-# How long a finished remote read waits for the client's retry after
-# remote.fetch.max.wait.ms expired on the first attempt (a result is parked
-# only until one fetch takes it), and how many bytes such results may hold in
-# all: beyond it the oldest are dropped (their fetch reads again).
-_RESULT_TTL_S = 30.0
-_PARKED_MAX_BYTES = 64 * 1024 * 1024
-
-# (partition, offset, max bytes, min one batch): what a read returns depends on all four.
-_ReadKey = tuple[TopicPartition, int, int, bool]
 
 
 class RemovalPending(Exception):
     """Tiering of a partition waits for the removal of its old remote data."""
 
 
-@dataclass(slots=True)
-class _Read:
-    done: trio.Event
-    result: bytes | None = None
-    error: KafkaApiError | None = None
-    finished_at: float = 0.0
-
-
 class RemoteLogManager:
+    """Tiering tasks of this broker's partitions; implements ``TieredPartitions``.
+
+    Concurrency: every method runs on the event loop.
+    """
+
     def __init__(self, config: Any, services: RemoteServices) -> None:
         self.config = config
         self.svc = services
         self.partitions: dict[TopicPartition, TieredPartition] = {}
-        self._reads: dict[_ReadKey, _Read] = {}
-        self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
-        self._txn_entries: OrderedDict[uuid.UUID, list[AbortedTxn]] = OrderedDict()
-        self._positions = reader.NextPositions()
         self.remover = PartitionRemover(services, self._topic_partition_removed)
         # Follower partitions with tiering on: (tip, log), by topic-partition.
         self.followers: dict[TopicPartition, tuple[TopicIdPartition, Log]] = {}
@@ -137,7 +97,13 @@ class RemoteLogManager:
 
         return TieredPartition(tip, lg, last_stable_offset, backoff(), backoff())
 
-    async def _readable(self, tp: TopicPartition) -> TieredPartition:
+    def leader(self, tp: TopicPartition) -> TieredPartition | None:
+        return self.partitions.get(tp)
+
+    def tiered_here(self, tp: TopicPartition) -> bool:
+        return tp in self.partitions or tp in self.followers
+
+    async def readable(self, tp: TopicPartition) -> TieredPartition:
         """The partition as remote reads see it: a leader's, or a follower's
         (KIP-392: consumers of its rack read from it). A follower reads the
         tier through a view of its log that runs no task: it only waits for
@@ -150,7 +116,11 @@ class RemoteLogManager:
         """
         p = self.partitions.get(tp)
         if p is not None:
-            await self._ready_or_storage_error(p)
+            try:
+                await self._ensure_ready(p)
+            except Exception as exc:
+                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                    f"remote metadata not ready: {exc}") from None
             return p
         followed = self.followers.get(tp)
         if followed is None:
@@ -302,17 +272,14 @@ class RemoteLogManager:
     # -- the periodic cycle ----------------------------------------------------------
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            interval = self.config["remote.log.manager.task.interval.ms"] / 1000
-            while True:
-                with trio.move_on_after(interval):
-                    await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                await self._cycle_all()
-                self._refresh_followers()
-                await self._run_removals()
-                self._forget_old_reads()
+        interval = self.config["remote.log.manager.task.interval.ms"] / 1000
+        while True:
+            with trio.move_on_after(interval):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            await self._cycle_all()
+            self._refresh_followers()
+            await self._run_removals()
 
     async def _cycle_all(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -369,277 +336,6 @@ class RemoteLogManager:
                           partition=p.tip.partition, retry_in_ms=delay)
         else:
             backoff.succeeded()
-
-    # -- reads ---------------------------------------------------------------------
-
-    def segment_for(self, p: TieredPartition, offset: int) -> RemoteLogSegmentMetadata:
-        """The finished remote segment holding ``offset`` in this log's epoch lineage.
-
-        Raises:
-            KafkaApiError: OFFSET_OUT_OF_RANGE if none does.
-        """
-        epoch = p.log.epochs.epoch_for_offset(offset)
-        md = self.svc.rlmm.remote_log_segment_metadata(p.tip, epoch, offset)
-        if md is None:
-            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                f"no remote segment holds offset {offset} (epoch {epoch})")
-        return md
-
-    async def read(self, tp: TopicPartition, offset: int, max_bytes: int,
-                   min_one_batch: bool, deadline: float) -> bytes | None:
-        """Remote records from ``offset``; None if not ready by ``deadline`` (trio time).
-
-        Raises:
-            KafkaApiError: OFFSET_OUT_OF_RANGE (no such remote data),
-                KAFKA_STORAGE_ERROR (store down, object missing, queue full),
-                CORRUPT_MESSAGE (remote bytes fail validation).
-        """
-        p = await self._readable(tp)
-        if max_bytes <= 0 and not min_one_batch:
-            return None  # no byte share for this partition: a read could return nothing
-        key = (tp, offset, max_bytes, min_one_batch)
-        entry = self._reads.get(key)
-        if entry is None and self.svc.fetch_quota.exceeded():
-            # KIP-956: over the remote fetch quota, no new remote reads; the
-            # partition is answered empty and the client fetches again.
-            return None
-        if entry is not None and entry.done.is_set() and entry.error is not None:
-            # A failure answers only the fetches that were waiting for it; a
-            # new fetch tries the store again (it may have recovered).
-            del self._reads[key]
-            entry = None
-        if entry is None:
-            entry = self._start_read(p, key, offset, max_bytes, min_one_batch)
-        with trio.move_on_at(deadline):
-            await entry.done.wait()
-        if not entry.done.is_set():
-            return None
-        if self._reads.get(key) is entry:
-            del self._reads[key]  # delivered: fetches waiting on it hold the entry
-        if entry.error is not None:
-            raise entry.error
-        return entry.result
-
-    def _start_read(self, p: TieredPartition, key: _ReadKey, offset: int,
-                    max_bytes: int, min_one_batch: bool) -> _Read:
-        pending = sum(1 for r in self._reads.values() if not r.done.is_set())
-        if pending >= self.svc.reader_max_pending or self._nursery is None:
-            self.svc.metrics.fetch_errors.labels(p.tip.topic).inc()
-            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, "remote reader queue is full")
-        md = self.segment_for(p, offset)
-        entry = _Read(trio.Event())
-        self._reads[key] = entry
-        self._nursery.start_soon(self._do_read, p, md, entry, offset, max_bytes, min_one_batch)
-        return entry
-
-    async def _do_read(self, p: TieredPartition, md: RemoteLogSegmentMetadata, entry: _Read,
-                       offset: int, max_bytes: int, min_one_batch: bool) -> None:
-        svc = self.svc
-        topic = p.tip.topic
-        svc.metrics.fetch_requests.labels(topic).inc()
-        started = time.monotonic()
-        try:
-            entry.result = reader.read_cached(svc.chunks, svc.index_cache, md, offset,
-                                              max_bytes, min_one_batch, self._positions)
-            if entry.result is None:
-                entry.result = await trio.to_thread.run_sync(
-                    _busy, svc.reader_busy, reader.read_blocking, svc.chunks or svc.rsm,
-                    svc.index_cache, md, offset, max_bytes, min_one_batch, self._positions,
-                    limiter=svc.reader_limiter)
-            self._prefetch_next_segment(p, md)
-            svc.metrics.fetch_bytes.labels(topic).inc(len(entry.result))
-            svc.fetch_quota.record(len(entry.result))
-        except reader.CorruptRemoteDataError as exc:
-            entry.error = self._read_failed(p, md, exc, ErrorCode.CORRUPT_MESSAGE)
-        except RemoteStorageError as exc:
-            entry.error = self._read_failed(p, md, exc, ErrorCode.KAFKA_STORAGE_ERROR)
-        except Exception as exc:
-            log.exception("remote read crashed", segment=str(md.remote_log_segment_id))
-            entry.error = self._read_failed(p, md, exc, ErrorCode.UNKNOWN_SERVER_ERROR)
-        finally:
-            entry.finished_at = time.monotonic()
-            svc.metrics.fetch_latency.observe(entry.finished_at - started)
-            entry.done.set()
-            self._forget_old_reads()
-
-    def _prefetch_next_segment(self, p: TieredPartition, md: RemoteLogSegmentMetadata) -> None:
-        """A sequential read near the end of ``md``: fetch the next remote
-        segments' first chunks ahead, so crossing segments costs no round
-        trip. The budget is in bytes (prefetch chunks x chunk size): segments
-        smaller than a chunk are prefetched several at a time."""
-        chunks = self.svc.chunks
-        if chunks is None or not chunks.wants_next_segment(md):
-            return
-        budget = chunks.prefetch_depth(md) * chunks.chunk_size
-        following = md
-        while budget > 0:
-            try:
-                following = self.segment_for(p, following.end_offset + 1)
-            except KafkaApiError:
-                return  # the next offsets are local (or not in this lineage)
-            count = min(-(-budget // chunks.chunk_size), chunks.chunk_count(following))
-            chunks.prefetch(following, 0, count)
-            budget -= min(count * chunks.chunk_size, following.segment_size_in_bytes)
-
-    def _read_failed(self, p: TieredPartition, md: RemoteLogSegmentMetadata, exc: Exception,
-                     code: ErrorCode) -> KafkaApiError:
-        self.svc.metrics.fetch_errors.labels(p.tip.topic).inc()
-        log.warning("remote read failed", segment=str(md.remote_log_segment_id),
-                    start_offset=md.start_offset, end_offset=md.end_offset, error=str(exc),
-                    answer=code.name)
-        return KafkaApiError(code, str(exc))
-
-    def _forget_old_reads(self) -> None:
-        """Parked results older than _RESULT_TTL_S, then the oldest beyond
-        _PARKED_MAX_BYTES, are dropped."""
-        cutoff = time.monotonic() - _RESULT_TTL_S
-        parked = sorted(((e.finished_at, k) for k, e in self._reads.items() if e.done.is_set()),
-                        key=lambda item: item[0])
-        total = sum(len(self._reads[k].result or b"") for _, k in parked)
-        for finished_at, key in parked:
-            if finished_at >= cutoff and total <= _PARKED_MAX_BYTES:
-                break
-            total -= len(self._reads.pop(key).result or b"")
-
-    async def _ready_or_storage_error(self, p: TieredPartition) -> None:
-        try:
-            await self._ensure_ready(p)
-        except Exception as exc:
-            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                f"remote metadata not ready: {exc}") from None
-
-    async def collect_aborted(self, tp: TopicPartition, start: int,
-                              upper: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping [start, upper) for a read_committed
-        fetch served from the remote tier (Kafka's collectAbortedTransactions).
-
-        Remote segments' transaction indexes are searched from the one holding
-        ``start`` until an entry's last stable offset shows nothing later can
-        start below ``upper``; then the local segments.
-
-        Raises:
-            KafkaApiError: KAFKA_STORAGE_ERROR if an index cannot be read (the
-                records must not be served without their abort list).
-        """
-        if tp not in self.partitions and tp not in self.followers:
-            return []
-        p = await self._readable(tp)
-        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                           and m.end_offset >= start), key=lambda m: m.start_offset)
-        out: list[AbortedTxn] = []
-        for md in finished:
-            found, complete = collect_overlapping(await self._aborted_entries(md), start, upper)
-            out += found
-            if complete:
-                return out
-        return out + p.log.collect_aborted(max(start, p.log.local_log_start_offset), upper)
-
-    async def _aborted_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
-        key = md.remote_log_segment_id.id
-        cached = self._txn_entries.get(key)
-        if cached is not None:
-            self._txn_entries.move_to_end(key)
-            return cached
-        if lacks_txn_index(md):
-            return []  # its manifest says so: no GET (most segments)
-        try:
-            data = await trio.to_thread.run_sync(self.svc.rsm.fetch_index, md,
-                                                 IndexType.TRANSACTION,
-                                                 limiter=self.svc.reader_limiter)
-            entries = decode_entries(data)
-        except RemoteResourceNotFoundError:
-            entries = []  # the segment had no aborted transactions
-        except (RemoteStorageError, CorruptTxnIndex) as exc:
-            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                f"transaction index of {md.remote_log_segment_id}: {exc}") from None
-        self._txn_entries[key] = entries
-        while len(self._txn_entries) > _TXN_INDEX_CACHE_SEGMENTS:
-            self._txn_entries.popitem(last=False)
-        return entries
-
-    def remote_max_timestamp(self, tp: TopicPartition) -> int | None:
-        """Largest record timestamp in the partition's readable remote segments."""
-        p = self.partitions.get(tp)
-        if p is None or not p.ready:
-            return None
-        stamps = [m.max_timestamp_ms for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                  if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                  and m.end_offset >= p.log.log_start_offset]
-        return max(stamps) if stamps else None
-
-    async def offset_for_timestamp(self, tp: TopicPartition,
-                                   timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first remote record >= ``timestamp``, or None.
-
-        Raises:
-            KafkaApiError: KAFKA_STORAGE_ERROR if the remote tier cannot be read.
-        """
-        p = self.partitions.get(tp)
-        if p is None:
-            return None
-        await self._ready_or_storage_error(p)
-        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                           and m.end_offset >= p.log.log_start_offset
-                           and m.max_timestamp_ms >= timestamp),
-                          key=lambda m: m.start_offset)
-        for md in finished:
-            try:
-                found = await trio.to_thread.run_sync(
-                    reader.offset_for_timestamp_blocking, self.svc.chunks or self.svc.rsm,
-                    self.svc.index_cache, md,
-                    timestamp, p.log.log_start_offset, limiter=self.svc.reader_limiter)
-            except RemoteStorageError as exc:
-                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
-            if found is not None:
-                return found
-        return None
-
-    # -- metrics -------------------------------------------------------------------
-
-    def partition_gauges(self) -> list[tuple[str, int, dict[str, float]]]:
-        out = []
-        for (topic, partition), p in list(self.partitions.items()):
-            if not p.ready:
-                continue
-            segments = list(self.svc.rlmm.list_remote_log_segments(p.tip))
-            finished = [m for m in segments
-                        if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-            lag = copy_candidates(p) if not p.cancelled else []
-            gauges = {
-                "RemoteLogSizeBytes": float(sum(m.segment_size_in_bytes for m in finished)),
-                "RemoteLogMetadataCount": float(len(segments)),
-                "RemoteCopyLagBytes": float(sum(s.size for s in lag)),
-                "RemoteCopyLagSegments": float(len(lag)),
-            }
-            if p.audit is not None:
-                gauges.update({
-                    "RemoteOrphanObjects": float(p.audit.orphan_objects),
-                    "RemoteOrphanBytes": float(p.audit.orphan_bytes),
-                    "RemoteMissingSegments": float(p.audit.missing_segments),
-                    "RemoteSizeMismatchSegments": float(p.audit.size_mismatches),
-                })
-            out.append((topic, partition, gauges))
-        return out
-
-    def broker_gauges(self) -> dict[str, float]:
-        return {
-            "RemoteLogReaderTaskQueueSize": float(
-                self.svc.reader_limiter.statistics().tasks_waiting),
-            "RemoteLogReaderAvgIdlePercent": self.svc.reader_busy.idle_percent(),
-            "RemoteLogManagerTasksAvgIdlePercent": self.svc.tasks_busy.idle_percent(),
-            **chunk_cache_metrics(self.svc.chunks),
-        }
-
-
-def _busy(tracker: BusyTracker, fn: Callable[..., bytes], *args: Any) -> bytes:
-    """Run ``fn`` in this worker thread, counting the time as busy."""
-    token = tracker.start()
-    try:
-        return fn(*args)
-    finally:
-        tracker.stop(token)
 
 
 def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any,

@@ -1,60 +1,73 @@
 """Tiered-storage metrics with the KIP-405 / KIP-963 names.
 
 Counters carry Kafka's ``...PerSec`` names (Prometheus adds ``_total``; a
-rate() over them is Kafka's per-second meter). Gauges are computed at scrape
-time from the live state, so they can never drift from it.
+rate() over them is Kafka's per-second meter), incremented where the event
+happens. The gauges are ``storage.remote.gauges``'s: computed on the event
+loop into a snapshot that the scrape reads.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections import deque
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+
+# The window over which a pool's idle percentage is averaged: Kafka's
+# metrics.sample.window.ms (30 s). Sampled by the gauge snapshot task, so a
+# scrape at any rate (or none) sees the same figure.
+IDLE_WINDOW_S = 30.0
 
 
 class BusyTracker:
-    """Fraction of time a pool of ``size`` workers spent idle since the last scrape.
+    """Busy time of a pool of ``size`` workers, and its idle percentage over
+    the last ``window_s`` seconds.
 
-    Concurrency: ``busy`` is entered from worker threads and trio tasks alike.
+    Concurrency: ``start`` and ``stop`` are called from worker threads and
+    trio tasks alike (under a lock); ``idle_percent`` only by the gauge
+    snapshot task (``storage.remote.gauges``), which owns the samples.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, window_s: float = IDLE_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.size = size
+        self.window_s = window_s
+        self._clock = clock
         self._lock = threading.Lock()
-        self._busy_s = 0.0
+        self._busy_s = 0.0  # finished busy time, since creation
         self._active: dict[int, float] = {}
-        self._window_start = time.monotonic()
         self._next = 0
+        # (time, busy seconds at that time), oldest first, reaching back one window.
+        self._samples: deque[tuple[float, float]] = deque([(clock(), 0.0)])
 
     def start(self) -> int:
         with self._lock:
             token = self._next
             self._next += 1
-            self._active[token] = time.monotonic()
+            self._active[token] = self._clock()
             return token
 
     def stop(self, token: int) -> None:
         with self._lock:
             started = self._active.pop(token, None)
             if started is not None:
-                self._busy_s += time.monotonic() - max(started, self._window_start)
+                self._busy_s += self._clock() - started
 
     def idle_percent(self) -> float:
-        """Idle percentage over the window since the previous call (0..100)."""
+        """Idle percentage (0..100) over the last ``window_s`` (less just after
+        creation); takes a sample, and never resets the busy time."""
         with self._lock:
-            now = time.monotonic()
-            busy = self._busy_s + sum(now - max(s, self._window_start)
-                                      for s in self._active.values())
-            elapsed = max(now - self._window_start, 1e-9) * self.size
-            self._busy_s = 0.0
-            self._window_start = now
-            self._active = {k: now for k in self._active}
-        return max(0.0, min(100.0, 100.0 * (1 - busy / elapsed)))
+            now = self._clock()
+            busy = self._busy_s + sum(now - s for s in self._active.values())
+        samples = self._samples
+        samples.append((now, busy))
+        while len(samples) > 1 and samples[1][0] <= now - self.window_s:
+            samples.popleft()
+        then, busy_then = samples[0]
+        elapsed = max(now - then, 1e-9) * self.size
+        return max(0.0, min(100.0, 100.0 * (1 - (busy - busy_then) / elapsed)))
 
 
 class RemoteMetrics:
@@ -88,75 +101,3 @@ class RemoteMetrics:
                                     registry=r)
         self.delete_errors = Counter("RemoteDeleteErrorsPerSec", "Failed remote deletions",
                                      ["topic"], registry=r)
-        self._registry = r
-
-    def add_gauges(self, per_partition: Callable[[], Iterable[tuple[str, int, dict[str, float]]]],
-                   broker: Callable[[], dict[str, float]]) -> None:
-        """Register scrape-time gauges (per partition and broker-wide)."""
-        self._registry.register(_GaugeCollector(per_partition, broker))
-
-
-_PARTITION_GAUGES = {
-    "RemoteLogSizeBytes": "Bytes of the partition in remote storage",
-    "RemoteLogMetadataCount": "Remote segments known for the partition",
-    "RemoteCopyLagBytes": "Bytes of closed local segments not yet tiered",
-    "RemoteCopyLagSegments": "Closed local segments not yet tiered",
-    "RemoteOrphanObjects": "Remote objects of no live segment, at the last audit (leader)",
-    "RemoteOrphanBytes": "Bytes of those orphan objects, at the last audit (leader)",
-    "RemoteMissingSegments": "Finished segments without a .log object, at the last audit",
-    "RemoteSizeMismatchSegments": "Finished segments whose .log size differs from the "
-                                  "metadata's, at the last audit",
-}
-_BROKER_GAUGES = {
-    "RemoteLogReaderTaskQueueSize": "Remote reads waiting for a reader thread",
-    "RemoteLogReaderAvgIdlePercent": "Idle percentage of the remote reader pool",
-    "RemoteLogManagerTasksAvgIdlePercent": "Idle percentage of the copier/expiration pools",
-    "RemoteChunkCacheBytes": "Bytes of remote segment chunks cached in memory",
-    "RemoteChunkDiskCacheBytes": "Bytes of remote segment chunks in the disk tier",
-}
-# Broker-wide counts kept by the chunk cache, exposed as counters (``_total``).
-_BROKER_COUNTERS = {
-    "RemoteChunkCacheHits": "Remote chunk reads served from the cache (or a fetch in flight)",
-    "RemoteChunkCacheMisses": "Remote chunk reads that fetched the chunk from the store",
-    "RemoteChunkCacheEvictions": "Chunks dropped from the cache by its byte bound",
-    "RemoteChunkPrefetches": "Chunks fetched ahead of sequential remote reads",
-    "RemoteChunkFetchBytes": "Bytes of chunks fetched from the store",
-    "RemoteChunkDiskCacheHits": "Chunk reads served from the disk tier instead of the store",
-    "RemoteChunkDiskCacheEvictions": "Chunks dropped from the disk tier by its byte bound",
-}
-
-
-def chunk_cache_metrics(chunks: Any) -> dict[str, float]:
-    """The chunk cache's figures for the broker-wide metrics (none without one)."""
-    if chunks is None:
-        return {}
-    s = chunks.stats
-    return {"RemoteChunkCacheBytes": float(chunks.cached_bytes),
-            "RemoteChunkCacheHits": float(s.hits), "RemoteChunkCacheMisses": float(s.misses),
-            "RemoteChunkCacheEvictions": float(s.evictions),
-            "RemoteChunkPrefetches": float(s.prefetches),
-            "RemoteChunkFetchBytes": float(s.fetch_bytes),
-            **({} if chunks.disk is None else {
-                "RemoteChunkDiskCacheBytes": float(chunks.disk.cached_bytes),
-                "RemoteChunkDiskCacheHits": float(chunks.disk.stats.hits),
-                "RemoteChunkDiskCacheEvictions": float(chunks.disk.stats.evictions)})}
-
-
-class _GaugeCollector(Collector):
-    def __init__(self, per_partition: Callable[[], Iterable[tuple[str, int, dict[str, float]]]],
-                 broker: Callable[[], dict[str, float]]) -> None:
-        self._per_partition = per_partition
-        self._broker = broker
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        families = {name: GaugeMetricFamily(name, doc, labels=["topic", "partition"])
-                    for name, doc in _PARTITION_GAUGES.items()}
-        for topic, partition, values in self._per_partition():
-            for name, value in values.items():
-                families[name].add_metric([topic, str(partition)], value)
-        yield from families.values()
-        values = self._broker()
-        for name, doc in _BROKER_GAUGES.items():
-            yield GaugeMetricFamily(name, doc, value=values.get(name, 0.0))
-        for name, doc in _BROKER_COUNTERS.items():
-            yield CounterMetricFamily(name, doc, value=values.get(name, 0.0))

@@ -1,15 +1,18 @@
-"""What the remote log manager keeps per tiered partition, and its shared services."""
+"""What the remote log manager keeps per tiered partition, its shared
+services, and the small interface through which the read path finds a
+partition (``TieredPartitions``, implemented by the RemoteLogManager)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from storage.log.log import Log
+from storage.log.manager import TopicPartition
 from storage.remote.audit import AuditResult
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache
@@ -75,3 +78,26 @@ class RemoteServices:
     chunks: Any = None
     # Runs copies (``storage.remote.copy_process``); None: rsm in a worker thread.
     copier: Any = None
+
+
+class TieredPartitions(Protocol):
+    """The partitions tiered on this broker, as the read path and the remote
+    lookups see them. The RemoteLogManager owns them (it starts, restores and
+    stops them); readers only ask."""
+
+    def leader(self, tp: TopicPartition) -> TieredPartition | None:
+        """The partition if this broker leads it with tiering on (ready or not)."""
+        ...
+
+    def tiered_here(self, tp: TopicPartition) -> bool:
+        """Whether this broker leads or follows ``tp`` with tiering on."""
+        ...
+
+    async def readable(self, tp: TopicPartition) -> TieredPartition:
+        """The partition, ready for remote reads (a leader's, or a follower's view).
+
+        Raises:
+            KafkaApiError: OFFSET_OUT_OF_RANGE if the partition is not tiered
+                here, KAFKA_STORAGE_ERROR if its metadata is not ready.
+        """
+        ...

@@ -89,7 +89,10 @@ def test_offload_and_consume(request: pytest.FixtureRequest, tmp_path: Path, tie
 
     assert metric(broker, "RemoteCopyBytesPerSec_total", topic=topic) > 0
     assert metric(broker, "RemoteFetchRequestsPerSec_total", topic=topic) > 0
-    assert metric(broker, "RemoteLogMetadataCount", topic=topic) == BATCHES - 1
+    # A gauge: exported from the snapshot taken every second.
+    eventually(lambda: metric(broker, "RemoteLogMetadataCount", topic=topic) == BATCHES - 1,
+               lambda: f"RemoteLogMetadataCount "
+                       f"{metric(broker, 'RemoteLogMetadataCount', topic=topic)}")
 
 
 # ListOffsets test: 10 one-batch segments of 2 records, one second apart, an

@@ -81,7 +81,9 @@ def check_deleted_below(broker: TierdProc, tier: RemoteTier, topic: str, start: 
                        f"{metric(broker, 'RemoteLogMetadataCount', topic=topic)}, "
                        f"want {len(remaining)}")
     sizes = sum(len(tier.read(n)) for n in tier.log_objects(topic))
-    assert metric(broker, "RemoteLogSizeBytes", topic=topic) == sizes
+    eventually(lambda: metric(broker, "RemoteLogSizeBytes", topic=topic) == sizes,
+               lambda: f"RemoteLogSizeBytes {metric(broker, 'RemoteLogSizeBytes', topic=topic)}"
+                       f", want {sizes}")
 
 
 def test_retention_by_time(request: pytest.FixtureRequest, tmp_path: Path, tier: RemoteTier,

@@ -122,7 +122,8 @@ def test_produce_and_local_reads_unaffected_while_s3_is_down(
         assert local_segment_bases(broker, topic)[0] <= tiered_before + 1
         assert len(local_segment_bases(broker, topic)) > 10
         # The operator sees the backlog.
-        assert metric(broker, "RemoteCopyLagSegments", topic=topic) >= 10
+        eventually(lambda: metric(broker, "RemoteCopyLagSegments", topic=topic) >= 10,
+                   lambda: f"lag {metric(broker, 'RemoteCopyLagSegments', topic=topic)}")
         # Local reads work: everything from the local start, in order.
         local_start = offset_for(client, topic, EARLIEST_LOCAL)
         local = read_all(client, topic, start=local_start)
@@ -138,7 +139,8 @@ def test_produce_and_local_reads_unaffected_while_s3_is_down(
         segments = len(local_segment_bases(broker, topic))
         wait_tiered(broker, tier, topic, segments - 1)
         assert offset_for(client, topic, LATEST_TIERED) >= end - 1 - SEGMENT_BYTES // VALUE_SIZE
-        assert metric(broker, "RemoteCopyLagSegments", topic=topic) == 0
+        eventually(lambda: metric(broker, "RemoteCopyLagSegments", topic=topic) == 0,
+                   lambda: f"lag {metric(broker, 'RemoteCopyLagSegments', topic=topic)}")
         everything = read_all(client, topic)
         assert [o for o, _ in everything] == list(range(end))
         assert offset_for(client, topic, EARLIEST) == 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import trio
 
 from storage.remote.quota import RateQuota
-from tests.storage.remote.test_remote_log_manager import Setup
+from storage.remote.read_pool import ReadKey
+from tests.storage.remote.test_remote_log_manager import Completion, Setup, read
 
 
 class FakeClock:
@@ -56,9 +57,11 @@ async def test_reads_are_skipped_while_over_the_fetch_quota(tmp_path):
     await s.cycle()
     s.svc.fetch_quota = RateQuota(1, 60, 1, trio.current_time)
     async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        first = await s.rlm.read(("t", 0), 0, 10_000, True, trio.current_time() + 5)
+        await nursery.start(s.reads.run)
+        first = await read(s, 0, 10_000)
         assert first, "under quota the first read is served"
-        skipped = await s.rlm.read(("t", 0), 3, 10_000, True, trio.current_time() + 5)
+        p = await s.reads.partition(("t", 0))
+        started = s.reads.start(p, ReadKey(("t", 0), 3, 10_000, True), Completion())
         nursery.cancel_scope.cancel()
-    assert skipped is None, "over quota: no remote read, answered empty"
+    # Over quota: no remote read (the purgatory answers the partition empty).
+    assert not started and s.reads.in_flight == 0

@@ -1,4 +1,5 @@
-"""RemoteLogManager over a real Log, the filesystem RSM and the topic-based RLMM.
+"""RemoteLogManager over a real Log, the filesystem RSM and the topic-based RLMM
+(the reader pool's own tests, ``test_read_pool.py``, share this setup).
 
 The metadata topic is the in-memory MetadataLog of the RLMM unit tests (the
 broker's own adapter is exercised by the system tests); everything else is
@@ -22,10 +23,9 @@ from storage.log.log import Log
 from storage.remote.expirer import in_lineage
 from storage.remote.filesystem import FileSystemRemoteStorageManager
 from storage.remote.manager import RemoteLogManager, build_services
-from storage.remote.reader import NextPositions
+from storage.remote.read_pool import ReadKey, RemoteReadPool, RemoteReadResult
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.types import (
-    IndexType,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -68,6 +68,7 @@ class Setup:
         self.svc = build_services(self.broker, str(tmp_path), self.rsm, self.rlmm,
                                   CollectorRegistry(), self.clock)
         self.rlm = RemoteLogManager(self.broker, self.svc)
+        self.reads = RemoteReadPool(self.svc, self.rlm)
         self.tip = TopicIdPartition(uuid.uuid4(), "t", 0)
 
     def produce(self, count: int, epoch: int = 0, ts_step: int = 1) -> None:
@@ -89,13 +90,39 @@ def offsets_of(data: bytes) -> list[int]:
     return [o for h in records.iter_headers(data) for o in range(h.base_offset, h.last_offset + 1)]
 
 
+class Completion:
+    """Stands in for the remote-fetch purgatory's entry: keeps the result."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: RemoteReadResult | None = None
+
+    def complete(self, result: RemoteReadResult) -> None:
+        assert self.result is None, "completed twice"
+        self.result = result
+        self.done.set()
+
+
+async def read(s: Setup, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+    """One remote read of partition t-0 through the reader pool (running in
+    the caller's nursery); an error result is raised."""
+    p = await s.reads.partition(("t", 0))
+    done = Completion()
+    assert s.reads.start(p, ReadKey(("t", 0), offset, max_bytes, min_one_batch), done)
+    await done.done.wait()
+    assert done.result is not None
+    if done.result.error is not None:
+        raise done.result.error
+    return done.result.records
+
+
 async def read_all_remote(s: Setup, start: int, end: int) -> list[int]:
     got: list[int] = []
     offset = start
     async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
+        await nursery.start(s.reads.run)
         while offset < end:
-            data = await s.rlm.read(("t", 0), offset, 10_000, True, trio.current_time() + 5)
+            data = await read(s, offset, 10_000)
             assert data, f"no data at {offset}"
             for h in records.iter_headers(data):
                 assert records.crc_ok(data, h)
@@ -125,87 +152,6 @@ async def test_copies_closed_segments_and_serves_them_after_local_deletion(tmp_p
     assert exc.value.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
     assert await read_all_remote(s, 0, s.log.local_log_start_offset) == list(
         range(s.log.local_log_start_offset))
-
-
-async def test_read_inside_a_segment_starts_at_the_batch_holding_the_offset(tmp_path):
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    for offset in range(0, s.log.highest_tiered_offset + 1):
-        async with trio.open_nursery() as nursery:
-            s.rlm._nursery = nursery
-            data = await s.rlm.read(("t", 0), offset, 1, True, trio.current_time() + 5)
-            nursery.cancel_scope.cancel()
-        assert offsets_of(data)[0] == offset  # one record per batch here
-
-
-class IndexFetches:
-    """The real storage manager, counting ``fetch_index`` calls by type."""
-
-    def __init__(self, rsm) -> None:
-        self.rsm = rsm
-        self.calls: list[IndexType] = []
-
-    def fetch_log_segment(self, md, start, end=None):
-        return self.rsm.fetch_log_segment(md, start, end)
-
-    def fetch_index(self, md, index_type):
-        self.calls.append(index_type)
-        return self.rsm.fetch_index(md, index_type)
-
-
-async def test_a_sequential_remote_read_needs_no_offset_index(tmp_path):
-    # Several batches per segment, read one batch at a time from offset 0:
-    # each read starts where the last ended (or at a segment's first offset).
-    s = Setup(tmp_path, **{"segment.bytes": "3000"})
-    s.produce(40)
-    await s.start()
-    await s.cycle()
-    s.log.apply_retention(s.log.end_offset)
-    counting = IndexFetches(s.svc.chunks.rsm)
-    s.svc.chunks.rsm = counting
-    end = s.log.local_log_start_offset
-    assert len(s.log.segments) == 1 and end > 10
-    got: list[int] = []
-    offset = 0
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        while offset < end:
-            data = await s.rlm.read(("t", 0), offset, 1, True, trio.current_time() + 5)
-            got += offsets_of(data)
-            offset = got[-1] + 1
-        assert got == list(range(end))
-        assert counting.calls == []
-        # A jump into the middle of a segment (no read ended there; the
-        # positions are forgotten) uses its offset index once.
-        s.rlm._positions = NextPositions()
-        await s.rlm.read(("t", 0), 5, 1, True, trio.current_time() + 5)
-        nursery.cancel_scope.cancel()
-    assert counting.calls.count(IndexType.OFFSET) == 1
-
-
-async def test_corrupt_and_missing_remote_objects_are_errors_not_records(tmp_path):
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    first, second = sorted((m for m in s.rlmm.list_remote_log_segments(s.tip)),
-                           key=lambda m: m.start_offset)[:2]
-    path = s.rsm.object_path(first, "log")
-    data = bytearray(open(path, "rb").read())
-    data[records.HEADER_SIZE + 5] ^= 0xFF  # flip a record byte: the CRC no longer matches
-    open(path, "wb").write(data)
-    os.unlink(s.rsm.object_path(second, "log"))
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        with pytest.raises(KafkaApiError) as corrupt:
-            await s.rlm.read(("t", 0), first.start_offset, 10_000, True, trio.current_time() + 5)
-        with pytest.raises(KafkaApiError) as missing:
-            await s.rlm.read(("t", 0), second.start_offset, 10_000, True, trio.current_time() + 5)
-        nursery.cancel_scope.cancel()
-    assert corrupt.value.code == ErrorCode.CORRUPT_MESSAGE
-    assert missing.value.code == ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class FailingCopies(FileSystemRemoteStorageManager):
@@ -249,11 +195,8 @@ async def test_retention_bytes_deletes_oldest_remote_segments_and_moves_log_star
     assert sum(m.segment_size_in_bytes for m in remaining) + local_untiered <= 1500 + max(
         m.segment_size_in_bytes for m in remaining)
     assert s.log.log_start_offset == min(m.start_offset for m in remaining) > 0
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        with pytest.raises(KafkaApiError) as exc:
-            s.log.read(0, 100)
-        nursery.cancel_scope.cancel()
+    with pytest.raises(KafkaApiError) as exc:
+        s.log.read(0, 100)
     assert exc.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
@@ -291,66 +234,3 @@ def test_lineage_rejects_orphans_of_an_unclean_election():
     assert not in_lineage(_md({0: 90}, 90, 120), cache, 300)
     # Epoch 2 copied beyond where epoch 5 began.
     assert not in_lineage(_md({2: 150}, 150, 250), cache, 300)
-
-
-async def test_reader_queue_bound_fails_fast(tmp_path):
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    s.svc.reader_max_pending = 0
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        with pytest.raises(KafkaApiError) as exc:
-            await s.rlm.read(("t", 0), 0, 1000, True, trio.current_time() + 5)
-        nursery.cancel_scope.cancel()
-    assert exc.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-
-
-async def test_an_empty_read_without_min_one_batch_does_not_stall_the_next_fetch(tmp_path):
-    # A fetch whose partition came after others (min_one_batch=False) and whose
-    # byte share is smaller than the batch gets nothing; the client's next
-    # fetch of the same offset and share, now first (min_one_batch=True), must
-    # get the batch at once, not the first fetch's empty answer again.
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    first = s.rlmm.list_remote_log_segments(s.tip)[0].start_offset
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        nothing = await s.rlm.read(("t", 0), first, 10, False, trio.current_time() + 5)
-        assert not nothing
-        data = await s.rlm.read(("t", 0), first, 10, True, trio.current_time() + 5)
-        assert data and offsets_of(data)[0] == first
-        nursery.cancel_scope.cancel()
-
-
-async def test_delivered_remote_results_are_not_kept(tmp_path):
-    # A finished read is parked only until a fetch takes it: results are not
-    # pinned in memory for tens of seconds after every read.
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        for md in s.rlmm.list_remote_log_segments(s.tip):
-            assert await s.rlm.read(("t", 0), md.start_offset, 10_000, True,
-                                    trio.current_time() + 5)
-        assert s.rlm._reads == {}
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_zero_byte_share_starts_no_remote_read(tmp_path):
-    s = Setup(tmp_path)
-    s.produce(20)
-    await s.start()
-    await s.cycle()
-    first = s.rlmm.list_remote_log_segments(s.tip)[0].start_offset
-    async with trio.open_nursery() as nursery:
-        s.rlm._nursery = nursery
-        assert await s.rlm.read(("t", 0), first, 0, False, trio.current_time() + 5) is None
-        assert s.rlm._reads == {}
-        assert s.svc.metrics.fetch_requests.labels("t")._value.get() == 0
-        nursery.cancel_scope.cancel()

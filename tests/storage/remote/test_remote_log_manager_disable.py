@@ -25,6 +25,7 @@ from storage.remote.filesystem import FileSystemRemoteStorageManager
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.metadata_cache import RemotePartitionDeleteMetadata
 from storage.remote.metadata_cache import RemotePartitionDeleteState as P
+from storage.remote.read_pool import RemoteReadPool
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.rlmm_serde import deserialize
 from storage.remote.types import RemoteLogSegmentState, RemoteStorageError
@@ -78,7 +79,6 @@ async def check_every_offset_readable(s: Setup) -> None:
     """From the log start to the end: below the local start from the tier, the rest locally."""
     lg = s.log
     local_start = lg.local_log_start_offset
-    s.rlm._reads.clear()  # answers kept for a client's retry are not what the store holds
     remote = await read_all_remote(s, lg.log_start_offset, local_start)
     assert remote == list(range(lg.log_start_offset, local_start))
     offset = local_start
@@ -189,6 +189,7 @@ async def restart(s: Setup, tmp_path: Path) -> None:
     s.svc = build_services(s.broker, str(tmp_path / "restarted"), s.rsm, s.rlmm,
                            CollectorRegistry(), s.clock)
     s.rlm = RemoteLogManager(s.broker, s.svc)
+    s.reads = RemoteReadPool(s.svc, s.rlm)
     await s.rlmm.start()
 
 
