@@ -35,8 +35,9 @@ result); one partition's error never fails the others.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -44,12 +45,50 @@ from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.fetch_fields import CONSUMER_REPLICA_ID
 from replication.fetch_session import CachedPartition, FetchSession
+from replication.metrics import ReplicaStats
+from replication.partition import Partition
+from replication.purgatory import RemoteFetchPurgatory
 from storage.log.file_slice import FileSlice
 from storage.log.manager import TopicPartition
 from storage.pace import Pacer
+from storage.remote.lookups import RemoteLookups
+from storage.remote.manager import RemoteLogManager
+from storage.remote.read_pool import RemoteReadPool
 
-if TYPE_CHECKING:
-    from replication.replica_manager import ReplicaManager
+
+class ReplicaManager(Protocol):
+    """What the fetch path asks of the broker's replicas
+    (``replication.replica_manager.ReplicaManager``)."""
+
+    config: Any
+    stats: ReplicaStats
+    remote_reads: RemoteReadPool | None
+    remote_lookups: RemoteLookups | None
+    remote_fetches: RemoteFetchPurgatory
+
+    @property
+    def remote(self) -> RemoteLogManager | None: ...
+
+    def get(self, tp: TopicPartition) -> Partition | None: ...
+
+    def leader_partition(self, tp: TopicPartition) -> Partition: ...
+
+    def readable_partition(self, tp: TopicPartition, followers_too: bool) -> Partition: ...
+
+    def preferred_read_replica(self, part: Partition, client_rack: str | None,
+                               offset: int) -> int: ...
+
+    @staticmethod
+    def check_leader_epoch(part: Partition, current_leader_epoch: int) -> None: ...
+
+    def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
+             min_one_batch: bool, zero_copy: bool = False,
+             leader_epoch_known: bool = True) -> bytes | FileSlice: ...
+
+    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None: ...
+
+    def watch_fetches(self, tps: list[TopicPartition], follower: bool
+                      ) -> AbstractContextManager[trio.Event]: ...
 
 
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
 
+from storage.remote.audit_result import AuditResult
 from storage.remote.naming import LOG_SUFFIX
 from storage.remote.rsm import StoredObject
 from storage.remote.types import (
@@ -48,30 +48,6 @@ log = structlog.get_logger(__name__)
 
 # (start offset, segment uuid): how one partition's objects and metadata meet.
 _Key = tuple[int, uuid.UUID]
-
-
-@dataclass(slots=True)
-class AuditResult:
-    """One audit of one partition.
-
-    Attributes:
-        orphan_objects / orphan_bytes: objects of no live segment (or of a
-            segment being deleted), older than the grace period.
-        missing_segments: finished segments without a ``.log`` object.
-        size_mismatches: finished segments whose ``.log`` size differs from
-            the metadata's.
-        examples: a few object keys or segment ids, for the log line.
-    """
-
-    orphan_objects: int = 0
-    orphan_bytes: int = 0
-    missing_segments: int = 0
-    size_mismatches: int = 0
-    examples: list[str] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not (self.orphan_objects or self.missing_segments or self.size_mismatches)
 
 
 # At most this many keys are named in a log line.

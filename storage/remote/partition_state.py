@@ -13,7 +13,7 @@ import trio
 
 from storage.log.log import Log
 from storage.log.manager import TopicPartition
-from storage.remote.audit import AuditResult
+from storage.remote.audit_result import AuditResult
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.metrics import BusyTracker, RemoteMetrics
