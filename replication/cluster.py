@@ -30,6 +30,7 @@ import trio
 
 from config import BrokerConfig, TopicConfigs
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication.controller import Controller
 from replication.controller_channel import ControllerChannel
 from replication.controller_requests import (
@@ -48,7 +49,7 @@ from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
 from replication.zk_configs import ZkConfigs
 from replication.zookeeper import ZkClient
-from storage.log.manager import LogManager, TopicPartition, now_ms
+from storage.log.manager import LogManager, now_ms
 from storage.pace import Pacer
 from storage.remote.types import TopicIdPartition
 

@@ -44,6 +44,7 @@ import trio
 
 from config import BrokerConfig
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication import elections
 from replication.controller_channel import ControllerChannel
 from replication.controller_context import ControllerContext
@@ -58,7 +59,6 @@ from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)
 
-TopicPartition = tuple[str, int]
 # Partition-state writes sent to ZooKeeper at once (pipelined on the session).
 WRITE_BATCH = 1000
 

@@ -31,6 +31,7 @@ import trio
 
 from config.listeners import PROTOCOL_IDS
 from protocol import broker_apis as ib
+from protocol.partition import TopicPartition
 from replication.elections import LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from replication.peer import Connector, Peer, PeerError
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-TopicPartition = tuple[str, int]
 
 LEADER_AND_ISR_VERSION = 5
 UPDATE_METADATA_VERSION = 7

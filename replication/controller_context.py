@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.partition import TopicPartition
 from replication.elections import LEADER_DURING_DELETE, LeaderAndIsr
 from replication.metadata_cache import BrokerEndpoint
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 from protocol import broker_apis as ib
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication.elections import LeaderAndIsr
 from replication.peer import Peer
-from storage.log.manager import TopicPartition
 
 ALTER_PARTITION_VERSION = 1
 CONTROLLED_SHUTDOWN_VERSION = 3

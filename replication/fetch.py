@@ -44,12 +44,12 @@ import trio
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.fetch_fields import CONSUMER_REPLICA_ID
+from protocol.partition import TopicPartition
 from replication.fetch_session import CachedPartition, FetchSession
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import RemoteFetchPurgatory
 from storage.log.file_slice import FileSlice
-from storage.log.manager import TopicPartition
 from storage.pace import Pacer
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager
@@ -89,7 +89,6 @@ class ReplicaManager(Protocol):
 
     def watch_fetches(self, tps: list[TopicPartition], follower: bool
                       ) -> AbstractContextManager[trio.Event]: ...
-
 
 
 @dataclass(slots=True)

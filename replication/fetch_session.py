@@ -54,7 +54,7 @@ import structlog
 import trio
 
 from protocol.errors import ErrorCode
-from storage.log.manager import TopicPartition
+from protocol.partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 

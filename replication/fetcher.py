@@ -57,11 +57,11 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from replication import remote_aux_state
 from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
 from replication.follower_state import FollowerState
 from replication.peer import Peer, PeerError
-from storage.log.manager import TopicPartition
 from storage.pace import Pacer
 
 if TYPE_CHECKING:

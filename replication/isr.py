@@ -29,10 +29,10 @@ import structlog
 import trio
 
 from config import BrokerConfig
+from protocol.partition import TopicPartition
 from replication.controller_requests import IsrChange
 from replication.elections import LeaderAndIsr
 from replication.replica_manager import ReplicaManager
-from storage.log.manager import TopicPartition
 from storage.pace import Pacer
 
 log = structlog.get_logger(__name__)

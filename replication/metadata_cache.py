@@ -28,9 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from config.listeners import Listeners
+from protocol.partition import TopicPartition
 from replication.metadata import TopicInfo
-
-TopicPartition = tuple[str, int]
 
 # The leader id Kafka reports for a partition that has none (offline).
 NO_LEADER = -1

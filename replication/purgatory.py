@@ -41,7 +41,7 @@ from contextlib import contextmanager
 
 import trio
 
-from storage.log.manager import TopicPartition
+from protocol.partition import TopicPartition
 from storage.remote.read_pool import ReadKey, RemoteReadPool, RemoteReadResult
 
 # How long a finished remote read waits for the client's retry after

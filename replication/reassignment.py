@@ -34,11 +34,10 @@ from typing import Protocol
 import structlog
 
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication.elections import LeaderAndIsr
 
 log = structlog.get_logger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

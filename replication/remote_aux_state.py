@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from replication import leader_requests
 from replication.list_offsets import EARLIEST, EARLIEST_LOCAL
 from replication.peer import Peer
 from storage.log import checkpoint, producer_snapshot
-from storage.log.manager import TopicPartition
 from storage.log.producer_snapshot import SnapshotEntry
 from storage.remote.types import (
     IndexType,

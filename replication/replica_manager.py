@@ -35,6 +35,7 @@ from config.broker import RACK_AWARE_SELECTOR
 from config.topic import LogConfig
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from replication import fetch as fetch_path
 from replication import list_offsets
 from replication.fetch_session import FetchSession, FetchSessionCache
@@ -45,7 +46,7 @@ from replication.purgatory import Purgatory, RemoteFetchPurgatory
 from replication.replica_selector import LEADER, preferred_read_replica
 from storage.log.file_slice import FileSlice
 from storage.log.log import AppendResult, Log
-from storage.log.manager import LogManager, TopicPartition
+from storage.log.manager import LogManager
 from storage.log.producer_state import AppendOrigin
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager

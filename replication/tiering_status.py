@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from protocol.partition import TopicPartition
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 from storage.remote.copier import copy_candidates
 from storage.remote.types import RemoteLogSegmentState, TopicIdPartition
-
-TopicPartition = tuple[str, int]
 
 # (state name, failed rebuilds in a row, last rebuild error) of a followed partition.
 FollowerInfo = tuple[str, int, str | None]

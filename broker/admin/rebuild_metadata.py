@@ -88,6 +88,7 @@ from broker.admin.remote_store import (
     segment_key,
 )
 from broker.admin.tiering import collect
+from protocol.partition import TopicPartition
 from storage.log.checkpoint import parse_epochs
 from storage.remote.copier import segment_epochs
 from storage.remote.metadata_cache import RemoteLogSegmentMetadataUpdate
@@ -345,7 +346,6 @@ def publish(args: Any, rows: list[Segment], num_partitions: int, bar: Any) -> No
 
 REBUILDING = "tierd.remote.metadata.rebuilding"
 POLL_S = 0.5
-TopicPartition = tuple[str, int]
 
 
 def _count_by_partition(segments: Iterable[RemoteLogSegmentMetadata]) -> dict[TopicPartition, int]:

@@ -61,8 +61,9 @@ from broker.coordinator.txn_offsets import TxnOffsets
 from broker.coordinator_runtime import CoordinatorRuntime
 from config import BrokerConfig
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication.internal_topics import InternalTopic
-from storage.log.manager import TopicPartition, now_ms
+from storage.log.manager import now_ms
 
 log = structlog.get_logger(__name__)
 

@@ -43,13 +43,12 @@ import trio
 
 from broker.coordinator.records import OffsetCommitValue
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # ListGroups v5 / DescribeGroups group type of every group this coordinator runs.
 CLASSIC_GROUP_TYPE = "classic"
 NO_GENERATION = -1
-
-TopicPartition = tuple[str, int]
 
 
 class GroupState(enum.Enum):

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from broker.coordinator.group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, TopicPartition
+from broker.coordinator.group import CONSUMER_PROTOCOL_TYPE, Group, GroupState
 from broker.coordinator.offsets_store import group_tombstone, offset_record
 from broker.coordinator.records import NO_TIMESTAMP, OffsetCommitValue
 from broker.coordinator_store import CoordinatorStore
 from config import BrokerConfig
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 import structlog
 
 from broker.coordinator import records as rec
-from broker.coordinator.group import Group, GroupState, Member, TopicPartition
+from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator_store import CoordinatorStore, Record
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 from replication.internal_topics import InternalTopic
 
 log = structlog.get_logger(__name__)

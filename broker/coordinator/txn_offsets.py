@@ -32,7 +32,7 @@ from typing import Protocol
 import structlog
 
 from broker.coordinator import records as grec
-from broker.coordinator.group import Group, GroupState, TopicPartition
+from broker.coordinator.group import Group, GroupState
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import offset_record
 from broker.coordinator_store import CoordinatorStore
@@ -40,6 +40,7 @@ from config import BrokerConfig
 from protocol import control
 from protocol import records as batches
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from replication.internal_topics import OFFSETS_TOPIC
 from storage.log.producer_state import AppendOrigin
 

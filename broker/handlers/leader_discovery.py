@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ErrorCode
-from replication.metadata_cache import NO_LEADER, BrokerEndpoint, MetadataCache, TopicPartition
+from protocol.partition import TopicPartition
+from replication.metadata_cache import NO_LEADER, BrokerEndpoint, MetadataCache
 
 # Kafka's epoch for a partition it knows nothing about.
 UNKNOWN_EPOCH = -1

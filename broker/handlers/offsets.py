@@ -20,11 +20,11 @@ from kafka.protocol.consumer import (
 )
 
 from broker.context import BrokerContext, Session
-from broker.coordinator.group import TopicPartition
 from broker.coordinator.offsets import PartitionCommit
 from broker.handlers.groups import coordinator, not_here
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
+from protocol.partition import TopicPartition
 
 NO_OFFSET = -1
 NO_EPOCH = -1

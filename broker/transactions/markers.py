@@ -33,9 +33,10 @@ import structlog
 import trio
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
-from broker.transactions.state import TopicPartition, TxnMetadata
+from broker.transactions.state import TxnMetadata
 from protocol import control
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from replication.internal_topics import OFFSETS_TOPIC
 from replication.metadata_cache import MetadataCache
 from replication.peer import Connector, PeerError, PeerPool

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import struct
 
-from broker.transactions.state import TopicPartition, TxnMetadata, TxnState
+from broker.transactions.state import TxnMetadata, TxnState
+from protocol.partition import TopicPartition
 
 KEY_TYPE = 0
 VALUE_VERSION = 0

@@ -39,7 +39,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-TopicPartition = tuple[str, int]
+from protocol.partition import TopicPartition
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 # Kafka's TransactionMetadata.isEpochExhausted: the epoch of the next bump

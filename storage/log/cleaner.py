@@ -43,6 +43,7 @@ import trio
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from config import BrokerConfig
+from protocol.partition import TopicPartition
 from storage.log import checkpoint, swap
 from storage.log.cleaner_pass import PassSpec
 from storage.log.cleaner_process import CleanerError, CleanerWorker
@@ -53,7 +54,6 @@ from storage.log.segment import LogSegment
 log = structlog.get_logger(__name__)
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

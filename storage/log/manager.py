@@ -26,6 +26,7 @@ import trio
 
 from config import BrokerConfig
 from config.topic import LogConfig
+from protocol.partition import TopicPartition
 from storage.log import checkpoint
 from storage.log.cleaner import LogCleaner
 from storage.log.log import Log
@@ -39,8 +40,6 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 # followers are behind) does not expose or lose track of committed data.
 REPLICATION_OFFSET_FILE = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
-
-TopicPartition = tuple[str, int]
 
 
 def now_ms() -> int:

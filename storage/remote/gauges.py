@@ -27,7 +27,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from storage.log.manager import TopicPartition
+from protocol.partition import TopicPartition
 from storage.pace import Pacer
 from storage.remote.copier import copy_candidates
 from storage.remote.partition_state import RemoteServices, TieredPartition

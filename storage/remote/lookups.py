@@ -26,7 +26,7 @@ from collections import OrderedDict
 import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
-from storage.log.manager import TopicPartition
+from protocol.partition import TopicPartition
 from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, collect_overlapping, decode_entries
 from storage.remote import reader
 from storage.remote.naming import lacks_txn_index

@@ -29,8 +29,8 @@ import structlog
 import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.partition import TopicPartition
 from storage.log.log import Log
-from storage.log.manager import TopicPartition
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
 from storage.remote.chunk_cache import ChunkCache

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import trio
 
+from protocol.partition import TopicPartition
 from storage.log.log import Log
-from storage.log.manager import TopicPartition
 from storage.remote.audit_result import AuditResult
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache

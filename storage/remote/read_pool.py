@@ -45,7 +45,7 @@ import structlog
 import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
-from storage.log.manager import TopicPartition
+from protocol.partition import TopicPartition
 from storage.remote import reader
 from storage.remote.metrics import BusyTracker
 from storage.remote.partition_state import RemoteServices, TieredPartition, TieredPartitions
