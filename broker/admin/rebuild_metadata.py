@@ -90,12 +90,13 @@ from broker.admin.remote_store import (
 from broker.admin.tiering import collect
 from protocol.partition import TopicPartition
 from storage.log.checkpoint import parse_epochs
+from storage.remote.api import StoredObject
 from storage.remote.copier import segment_epochs
 from storage.remote.metadata_cache import RemoteLogSegmentMetadataUpdate
 from storage.remote.naming import INDEX_SUFFIXES, LOG_SUFFIX, uuid_str
 from storage.remote.rlmm_api import TOPIC_NAME, metadata_partition
 from storage.remote.rlmm_serde import serialize
-from storage.remote.rsm import StoredObject, parse_uuid
+from storage.remote.rsm import parse_uuid
 from storage.remote.types import (
     IndexType,
     RemoteLogSegmentMetadata,

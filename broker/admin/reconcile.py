@@ -55,9 +55,9 @@ from broker.admin.remote_store import (
     progress,
     read_metadata,
 )
+from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.naming import LOG_SUFFIX, uuid_str
 from storage.remote.rlmm_api import TOPIC_NAME
-from storage.remote.rsm import SegmentObjectName, StoredObject
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,

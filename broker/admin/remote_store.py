@@ -19,6 +19,7 @@ from typing import Any
 
 from broker.admin.common import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError
 from protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, parse_header
+from storage.remote.api import ListableRemoteStorage, StoredObject
 from storage.remote.metadata_cache import (
     RemoteLogMetadataCache,
     RemoteLogMetadataError,
@@ -27,7 +28,6 @@ from storage.remote.metadata_cache import (
 )
 from storage.remote.rlmm_api import TOPIC_NAME, metadata_partition
 from storage.remote.rlmm_serde import MetadataRecordError, deserialize
-from storage.remote.rsm import ListableRemoteStorage, StoredObject
 from storage.remote.types import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from storage.remote.api import StoredObject
 from storage.remote.audit_result import AuditResult
 from storage.remote.naming import LOG_SUFFIX
-from storage.remote.rsm import StoredObject
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,

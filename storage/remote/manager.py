@@ -31,6 +31,7 @@ import trio
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
 from storage.log.log import Log
+from storage.remote.api import RemoteLogMetadataManager
 from storage.remote.audit import audit_partition
 from storage.remote.backoff import Backoff
 from storage.remote.chunk_cache import ChunkCache
@@ -338,8 +339,8 @@ class RemoteLogManager:
             backoff.succeeded()
 
 
-def build_services(config: Any, log_dir: str, rsm: Any, rlmm: Any, registry: Any,
-                   clock: Callable[[], int],
+def build_services(config: Any, log_dir: str, rsm: Any, rlmm: RemoteLogMetadataManager,
+                   registry: Any, clock: Callable[[], int],
                    chunk_settings: Mapping[str, str] | None = None) -> RemoteServices:
     """Pools, caches and metrics from the broker config (Kafka's key names) and
     the chunk cache's stripped ``rsm.config.fetch.*`` settings."""

@@ -13,12 +13,12 @@ import trio
 
 from protocol.partition import TopicPartition
 from storage.log.log import Log
+from storage.remote.api import RemoteLogMetadataManager, RemoteStorageManager
 from storage.remote.audit_result import AuditResult
 from storage.remote.backoff import Backoff
 from storage.remote.index_cache import RemoteIndexCache
 from storage.remote.metrics import BusyTracker, RemoteMetrics
 from storage.remote.quota import RateQuota
-from storage.remote.rsm import RemoteStorageManager
 from storage.remote.types import TopicIdPartition
 
 
@@ -61,7 +61,7 @@ class RemoteServices:
     """
 
     rsm: RemoteStorageManager
-    rlmm: Any
+    rlmm: RemoteLogMetadataManager
     index_cache: RemoteIndexCache
     metrics: RemoteMetrics
     node_id: int

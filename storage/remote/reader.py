@@ -36,10 +36,10 @@ from typing import cast
 
 from protocol import records
 from protocol.errors import KafkaApiError
+from storage.remote.api import RemoteStorageManager
 from storage.remote.chunk_cache import ChunkCache, NotCached
 from storage.remote.index_cache import CachedIndexes, RemoteIndexCache
 from storage.remote.naming import index_lengths
-from storage.remote.rsm import RemoteStorageManager
 from storage.remote.types import (
     IndexType,
     RemoteLogSegmentMetadata,

@@ -51,6 +51,7 @@ import structlog
 import trio
 
 from storage.remote import rlmm_snapshot
+from storage.remote.api import MetadataNotReady, RemoteLogMetadataManager
 from storage.remote.metadata_cache import (
     RemoteLogMetadata,
     RemoteLogMetadataCache,
@@ -64,8 +65,6 @@ from storage.remote.rlmm_api import (
     NUM_PARTITIONS_CONFIG,
     TOPIC_NAME,
     MetadataLog,
-    MetadataNotReady,
-    RemoteLogMetadataManager,
     metadata_partition,
 )
 from storage.remote.rlmm_serde import MetadataRecordError, deserialize, serialize, snapshot_bytes
@@ -455,3 +454,7 @@ class TopicBasedRemoteLogMetadataManager:
         """The partition's deletion state (None once DELETE_PARTITION_FINISHED or never marked)."""
         cache = self._cache(tip)
         return cache.delete_metadata.state if cache and cache.delete_metadata else None
+
+
+# The built-in manager implements the whole plugin interface (mypy checks it here).
+_IMPLEMENTS: type[RemoteLogMetadataManager] = TopicBasedRemoteLogMetadataManager

@@ -1,7 +1,7 @@
-"""The RemoteLogMetadataManager interface (KIP-405), and what the topic-based one needs.
+"""What the topic-based RemoteLogMetadataManager needs (the interface is
+``storage.remote.api``).
 
-``RemoteLogMetadataManager`` is the small Protocol the remote log manager
-talks to. ``MetadataLog`` is what the topic-based implementation
+``MetadataLog`` is what the topic-based implementation
 (``storage.remote.rlmm``) needs from the broker: the partitions of
 ``__remote_log_metadata``, without any broker internals. ``metadata_partition``
 maps a user partition to the metadata partition that orders its events.
@@ -10,18 +10,12 @@ maps a user partition to the metadata partition that orders its events.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
-import trio
 from kafka.partitioner.default import murmur2
 
-from storage.remote.metadata_cache import (
-    RemoteLogMetadataError,
-    RemoteLogSegmentMetadataUpdate,
-    RemotePartitionDeleteMetadata,
-)
-from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.remote.types import TopicIdPartition
 
 TOPIC_NAME = "__remote_log_metadata"
 # rlmm.config.remote.log.metadata.topic.num.partitions and its KIP default.
@@ -29,10 +23,6 @@ NUM_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
 DEFAULT_NUM_PARTITIONS = 50
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
-
-
-class MetadataNotReady(RemoteLogMetadataError):
-    """The metadata of this partition is not assigned here or not caught up yet; retry later."""
 
 
 def _long_hash(value: int) -> int:
@@ -96,65 +86,4 @@ class MetadataLog(Protocol):
 
     def end_offset(self, partition: int) -> int:
         """The offset after the last committed record (the high watermark)."""
-        ...
-
-
-class RemoteLogMetadataManager(Protocol):
-    """KIP-405's RemoteLogMetadataManager, trio style.
-
-    Writes are async and durable on return. Lookups are synchronous and may
-    raise MetadataNotReady.
-    """
-
-    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Publish a new segment copy (state COPY_SEGMENT_STARTED)."""
-        ...
-
-    async def update_remote_log_segment_metadata(
-            self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        """Publish a state change of an existing segment."""
-        ...
-
-    async def put_remote_partition_delete_metadata(
-            self, metadata: RemotePartitionDeleteMetadata) -> None:
-        """Publish a deletion state of a whole partition."""
-        ...
-
-    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
-        """The COPY_SEGMENT_FINISHED segment with ``offset`` written in ``leader_epoch``."""
-        ...
-
-    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
-        """Highest offset of ``leader_epoch`` in remote storage, None if none."""
-        ...
-
-    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None
-                                 ) -> list[RemoteLogSegmentMetadata]:
-        """Segments not yet deleted (all, or of one epoch), ordered by start offset."""
-        ...
-
-    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> int:
-        """Sum of ``segment_size_in_bytes`` over ``list_remote_log_segments``."""
-        ...
-
-    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
-                                        followers: Iterable[TopicIdPartition]) -> None:
-        """Start materialising the metadata of these partitions."""
-        ...
-
-    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        """Stop materialising the metadata of these partitions."""
-        ...
-
-    async def ensure_ready(self, tip: TopicIdPartition) -> None:
-        """Bring ``tip``'s metadata up to date now (``tip`` must be assigned)."""
-        ...
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Background work (an implementation may have none); started() once usable."""
-        ...
-
-    async def close(self) -> None:
-        """Persist what is needed for a fast restart; later writes raise."""
         ...

@@ -1,4 +1,5 @@
-"""The RemoteStorageManager interface (KIP-405) and how the broker loads one.
+"""How the broker loads a RemoteStorageManager (the interface is ``storage.remote.api``),
+and helpers its implementations share.
 
 A remote storage manager (RSM) moves the bytes of closed segments to and from
 a remote tier and knows nothing else: which segments exist, and in which
@@ -18,17 +19,15 @@ import binascii
 import importlib
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import structlog
 
 from config.defs import ConfigDef, ConfigError
 from storage.log.checkpoint import topic_id_from_str, topic_id_to_str
+from storage.remote.api import RemoteStorageManager, SegmentObjectName
 from storage.remote.types import (
-    IndexType,
-    LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteStorageError,
@@ -48,142 +47,6 @@ BUILTIN_RSMS: dict[str, str] = {
     "filesystem": "storage.remote.filesystem.FileSystemRemoteStorageManager",
     "s3": "storage.remote.s3.S3RemoteStorageManager",
 }
-
-
-@runtime_checkable
-class RemoteStorageManager(Protocol):
-    """Copy, read and delete remote segments (KIP-405's RemoteStorageManager).
-
-    Objects are addressed by ``RemoteLogSegmentMetadata`` alone: its topic id,
-    partition, start offset and segment uuid name them, and its
-    ``segment_size_in_bytes`` says how long the stored ``.log`` must be.
-
-    Concurrency:
-        Every method blocks on disk or network I/O and must never run on the
-        trio event loop. Callers run them in worker threads, each pool with
-        its own limiter named after the KIP-405 pool, e.g.
-        ``await trio.to_thread.run_sync(rsm.fetch_log_segment, md, 0,
-        limiter=reader_limiter)``. Implementations are thread-safe: any
-        number of calls may run at once, for different segments or (copy
-        racing a cleanup delete) the same one.
-
-    Error handling:
-        Every storage failure raises ``RemoteStorageError`` whose
-        ``retriable`` says whether a later retry may succeed; an object that
-        does not exist raises its subclass ``RemoteResourceNotFoundError``.
-        Data is never returned short or silently truncated: a stored object
-        whose size disagrees with the metadata, or a response shorter than
-        the range asked for, raises. Programming errors (a negative
-        position) raise ``ValueError``.
-    """
-
-    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
-                              data: LogSegmentData) -> bytes | None:
-        """Store the segment's log and auxiliary files.
-
-        Idempotent: copying the same segment id again overwrites. A copy that
-        fails removes whatever it had written before raising.
-
-        Args:
-            metadata: the segment's metadata (state COPY_SEGMENT_STARTED).
-            data: the local files; optional indexes may be None.
-
-        Returns:
-            Custom metadata to record with the segment (KIP-917), or None.
-
-        Raises:
-            RemoteStorageError: a local file could not be read (not
-                retriable) or the store failed.
-        """
-        ...
-
-    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                          end_position: int | None = None) -> bytes:
-        """Read bytes ``start_position..end_position`` (both inclusive) of the .log.
-
-        ``end_position`` None, or past the end, means the end of the segment.
-
-        Raises:
-            ValueError: negative start, or end before start.
-            RemoteResourceNotFoundError: the segment is not stored.
-            RemoteStorageError: start past the end of the segment, a stored
-                object of the wrong size, a short response, a store failure.
-        """
-        ...
-
-    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        """The whole content of one auxiliary file of the segment.
-
-        Raises:
-            RemoteResourceNotFoundError: not stored (e.g. the segment had no
-                transaction index); callers may rebuild it from the log.
-            RemoteStorageError: a store failure or a short response.
-        """
-        ...
-
-    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Delete every object of the segment, including leftovers of a
-        crashed copy. Idempotent: deleting what is gone succeeds.
-
-        Raises:
-            RemoteStorageError: the store failed; some objects may remain.
-        """
-        ...
-
-    def close(self) -> None:
-        """Release connections and threads. Idempotent."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentObjectName:
-    """What an object's name says: its segment, start offset and suffix.
-
-    ``suffix`` is what follows ``<offset>-<uuid>.``: ``log``, ``index``, ...,
-    or ``log.tmp`` for the filesystem manager's temp file of a copy.
-    """
-
-    segment_id: RemoteLogSegmentId
-    start_offset: int
-    suffix: str
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    """One object of a remote tier, as ``list_objects`` sees it.
-
-    Attributes:
-        key: the name relative to the tier's root (directory or key prefix).
-        size: length in bytes.
-        modified_s: last write, in seconds since the epoch.
-        name: what the name says, or None for a name no storage manager writes.
-    """
-
-    key: str
-    size: int
-    modified_s: float
-    name: SegmentObjectName | None
-
-
-@runtime_checkable
-class ListableRemoteStorage(Protocol):
-    """A storage manager that can also list its tier (the built-ins can).
-
-    Not part of KIP-405: the broker never lists. Operator tools do, to find
-    objects that the metadata does not know (``tierd admin reconcile``).
-    """
-
-    def partition_prefix(self, tip: TopicIdPartition) -> str:
-        """The ``list_objects`` prefix holding exactly ``tip``'s objects."""
-        ...
-
-    def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
-        """Every stored object whose key starts with ``prefix``.
-
-        Raises:
-            RemoteStorageError: the store failed (possibly after some objects).
-        """
-        ...
 
 
 # ``<20-digit start offset>-<22-character segment uuid>.``: storage.remote.naming.

@@ -49,6 +49,7 @@ import botocore.exceptions
 import structlog
 
 from config.defs import ConfigDef, ConfigError, ConfigType
+from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
@@ -61,8 +62,6 @@ from storage.remote.naming import (
 )
 from storage.remote.rsm import (
     UUID_CHARS,
-    SegmentObjectName,
-    StoredObject,
     check_log_size,
     parse_object_name,
     parse_rsm_config,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from storage.remote.api import RemoteStorageManager
 from storage.remote.filesystem import FileSystemRemoteStorageManager
-from storage.remote.rsm import RemoteStorageManager
 from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.types import RemoteLogSegmentMetadata
 from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name

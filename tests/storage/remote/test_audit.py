@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
+from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.audit import audit
-from storage.remote.rsm import SegmentObjectName, StoredObject
 from storage.remote.types import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

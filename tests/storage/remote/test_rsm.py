@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from config.defs import ConfigDef, ConfigError, ConfigType
+from storage.remote.api import RemoteStorageManager
 from storage.remote.filesystem import FileSystemRemoteStorageManager
-from storage.remote.rsm import RemoteStorageManager, load_rsm, parse_rsm_config, rsm_config
+from storage.remote.rsm import load_rsm, parse_rsm_config, rsm_config
 from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 

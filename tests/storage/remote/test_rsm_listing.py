@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from storage.remote.api import ListableRemoteStorage, SegmentObjectName, StoredObject
 from storage.remote.filesystem import FileSystemRemoteStorageManager
 from storage.remote.naming import ALL_SUFFIXES, uuid_str
-from storage.remote.rsm import (
-    ListableRemoteStorage,
-    SegmentObjectName,
-    StoredObject,
-    parse_object_name,
-)
+from storage.remote.rsm import parse_object_name
 from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.types import RemoteLogSegmentId, TopicIdPartition
 from tests.storage.remote.conftest import Backend
