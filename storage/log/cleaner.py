@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 import trio
@@ -74,9 +74,11 @@ class Cleanable:
         return self.cleanable_bytes / total if total else 0.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CleanerStats:
-    """Kafka's LogCleaner / LogCleanerManager gauges (floats: read by the scrape thread)."""
+    """Kafka's LogCleaner / LogCleanerManager gauges at one instant. Replaced whole
+    on the event loop (``dataclasses.replace``), so the scrape thread reads one
+    consistent copy."""
 
     recopy_percent: float = 0.0
     max_buffer_utilization_percent: float = 0.0
@@ -216,7 +218,7 @@ class LogCleaner:
 
     def _mark_uncleanable(self, tp: TopicPartition, reason: str) -> None:
         self.uncleanable.add(tp)
-        self.stats.uncleanable_partitions = len(self.uncleanable)
+        self.stats = replace(self.stats, uncleanable_partitions=len(self.uncleanable))
         log.error("partition marked uncleanable", topic=tp[0], partition=tp[1], error=reason)
 
     def grab_filthiest(self, high_watermark: Callable[[TopicPartition], int]) -> Cleanable | None:
@@ -237,7 +239,7 @@ class LogCleaner:
                 continue
             if best is None or c.ratio > best.ratio:
                 best = c
-        self.stats.max_dirty_percent = 100 * max_ratio
+        self.stats = replace(self.stats, max_dirty_percent=100 * max_ratio)
         return best
 
     # -- one pass ---------------------------------------------------------------
@@ -298,12 +300,11 @@ class LogCleaner:
         await self.write_checkpoint()
         elapsed = time.monotonic() - started
         stats = self.stats
-        stats.passes += 1
-        stats.bytes_cleaned += bytes_in
-        stats.recopy_percent = 100 * bytes_out / bytes_in if bytes_in else 0.0
-        stats.max_buffer_utilization_percent = 100 * mapped.utilization
-        stats.max_clean_time_secs = elapsed
-        stats.last_run_monotonic = time.monotonic()
+        self.stats = replace(
+            stats, passes=stats.passes + 1, bytes_cleaned=stats.bytes_cleaned + bytes_in,
+            recopy_percent=100 * bytes_out / bytes_in if bytes_in else 0.0,
+            max_buffer_utilization_percent=100 * mapped.utilization,
+            max_clean_time_secs=elapsed, last_run_monotonic=time.monotonic())
         log.info("cleaned log", topic=c.tp[0], partition=c.tp[1], first_dirty=c.first_dirty,
                  cleaned_up_to=mapped.map_end, bytes_in=bytes_in, bytes_out=bytes_out,
                  map_entries=mapped.entries, seconds=round(elapsed, 3),
@@ -320,7 +321,7 @@ class LogCleaner:
         """The partition's log was deleted or emptied: its checkpoint is void."""
         self.checkpoints.pop(tp, None)
         self.uncleanable.discard(tp)
-        self.stats.uncleanable_partitions = len(self.uncleanable)
+        self.stats = replace(self.stats, uncleanable_partitions=len(self.uncleanable))
 
     # -- metrics (prometheus_client Collector) --------------------------------------
 
