@@ -1,8 +1,8 @@
 """TopicBasedRemoteLogMetadataManager: the default RemoteLogMetadataManager (KIP-405).
 
-The interface (``RemoteLogMetadataManager``), the broker adapter it needs
-(``MetadataLog``) and the partition mapping live in ``rlmm_api`` and are
-re-exported here.
+It implements the plugin interface ``RemoteLogMetadataManager``
+(``storage.remote.api``); the broker adapter it needs (``MetadataLog``) and
+the partition mapping live in ``storage.remote.rlmm_api``.
 
 Theory of operation
 -------------------
