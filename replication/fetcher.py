@@ -41,6 +41,11 @@ starts a new session. A session the leader no longer has (evicted,
 restarted) or an epoch it refuses starts a new one with a full request. A
 new LeaderAndIsr moves the partition to another fetcher (or to leadership)
 and resets its state.
+
+Why one module over ~450 lines: the follower state machine, its table and the
+fetch loop that drives it belong together (the table is only readable next to
+the moves the loop makes); the state names alone live in
+``replication.follower_state``.
 """
 
 from __future__ import annotations

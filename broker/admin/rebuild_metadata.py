@@ -51,6 +51,10 @@ Exit codes (``broker.admin.common``): 0 when every segment of the tier is in
 the metadata or was (or, dry run, would be) published; 4 when some could not
 be rebuilt (unreadable, incomplete, topic gone, below the log start); 1 when
 publishing failed or the replicas did not take the segments up in time.
+
+Why one module over ~450 lines: one operator command, read top to bottom
+(list, group, read, decide, publish, report), with its report format next to
+the decisions it explains.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ Error handling: client mistakes are answered with Kafka's codes (PRODUCER_FENCED
 here; handlers turn it into INVALID_PRODUCER_EPOCH for request versions that
 predate it). An exception in a periodic task is our bug: logged, the task
 goes on.
+
+Why one module at ~450 lines: one coordinator, each method a request or a
+timer of Kafka's transaction protocol; ownership and storage are already
+shared (``broker.coordinator_runtime``, ``broker.coordinator_store``).
 """
 
 from __future__ import annotations

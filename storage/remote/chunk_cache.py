@@ -54,6 +54,11 @@ run outside it.
 Error handling: store errors propagate unchanged (``RemoteStorageError``);
 a chunk whose length differs from what the metadata says raises
 ``RemoteStorageError`` and is not cached.
+
+Why one module over ~450 lines: the cache, its in-flight table (a chunk
+fetched once) and the prefetch share one lock and one accounting of bytes;
+split, those invariants would span files (the disk tier is already
+``chunk_disk``).
 """
 
 from __future__ import annotations

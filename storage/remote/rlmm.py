@@ -40,6 +40,10 @@ caches stay, stale, until it is assigned again and caught up).
 Concurrency: everything runs on the trio thread; file writes go through
 ``trio.to_thread``. The metadata log adapter is called with no lock but the
 metadata partition's own.
+
+Why one module over ~450 lines: one manager folding one topic into caches,
+with its start-up, catch-up and snapshot logic sharing the same per-partition
+state.
 """
 
 from __future__ import annotations
