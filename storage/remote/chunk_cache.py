@@ -72,7 +72,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -246,6 +246,11 @@ class ChunkCache:
     @property
     def cached_bytes(self) -> int:
         return self._bytes
+
+    def stats_copy(self) -> ChunkStats:
+        """The counts at one instant (reader threads change them under the lock)."""
+        with self._lock:
+            return replace(self.stats)
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None) -> bytes:

@@ -118,7 +118,7 @@ def chunk_cache_metrics(chunks: Any) -> dict[str, float]:
     """The chunk cache's figures for the broker-wide metrics (none without one)."""
     if chunks is None:
         return {}
-    s = chunks.stats
+    s = chunks.stats_copy()
     return {"RemoteChunkCacheBytes": float(chunks.cached_bytes),
             "RemoteChunkCacheHits": float(s.hits), "RemoteChunkCacheMisses": float(s.misses),
             "RemoteChunkCacheEvictions": float(s.evictions),
