@@ -22,11 +22,7 @@ class ZkConfigs:
         self.zk = zk
 
     async def get_topic_config(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = await self.zk.call(self.zk.client.get, f"/config/topics/{topic}")
-        except NoNodeError:
-            return {}
-        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+        return await self.get_entity_config(f"topics/{topic}")
 
     async def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
         data = json_bytes({"version": 1, "config": dict(configs)})
@@ -41,11 +37,7 @@ class ZkConfigs:
     # -- users (SCRAM credentials, Kafka's /config/users/<name>) --------------------
 
     async def get_user_config(self, user: str) -> dict[str, str]:
-        try:
-            data, _ = await self.zk.call(self.zk.client.get, f"/config/users/{user_node(user)}")
-        except NoNodeError:
-            return {}
-        return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+        return await self.get_entity_config(f"users/{user_node(user)}")
 
     async def set_user_config(self, user: str, configs: dict[str, str]) -> None:
         """Write (or, with no configs left, delete) a user's config node."""
