@@ -2,7 +2,8 @@
 
 Why a process: a pass decodes every record of the logs it cleans, which is
 all CPU in Python; in a thread of the broker it would hold the GIL against
-the event loop serving produce and fetch. In its own (niced) process it
+the event loop serving produce and fetch. In its own process, in the idle scheduling class
+(``storage.worker_priority``), it
 costs the broker a pipe message per step.
 
 How: ``CleanerWorker`` spawns one process (``multiprocessing`` "spawn",
@@ -34,12 +35,10 @@ import structlog
 import trio
 
 from config.log_output import configure_logging
+from storage.worker_priority import lower_to_background
 
 log = structlog.get_logger(__name__)
 
-# Added to the worker's nice value: cleaning is background work, the
-# broker's event loop must win the CPU on a busy machine.
-WORKER_NICENESS = 10
 _PR_SET_PDEATHSIG = 1
 
 
@@ -63,7 +62,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _worker_main(conn: Connection, parent_pid: int, log_level: int) -> None:
     _die_with_parent(parent_pid)
-    os.nice(WORKER_NICENESS)
+    lower_to_background()  # cleaning waits; the broker's event loop does not
     configure_logging(log_level)
     from storage.log.cleaner_pass import CleaningPass, CorruptLog
 

@@ -10,7 +10,8 @@ benchmark, S3 behind the latency model, the simulated store niced as a
 real one is on other machines): produce p99 tiering on/off 1.05-1.94x with
 copies in the broker's threads, 0.99-1.11x with one worker. So the default
 (-1) is one worker for S3 and none for the directory store, whose copies
-are file copies; the workers run niced. (An earlier measurement, with the
+are file copies; the workers run in the idle scheduling class
+(``storage.worker_priority``). (An earlier measurement, with the
 store at normal priority and the model in the benchmark's own process,
 had found the workers worse.)
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
-import os
 import threading
 from collections.abc import Mapping
 from concurrent.futures.process import BrokenProcessPool
@@ -45,11 +45,10 @@ import structlog
 
 from config.log_output import configure_logging
 from storage.remote.types import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageError
+from storage.worker_priority import lower_to_background
 
 log = structlog.get_logger(__name__)
 
-# Added to the workers' nice value (0 = the broker's priority, 19 = the lowest).
-WORKER_NICENESS = 10
 # The worker's storage manager, built by ``_start_worker``.
 _worker_rsm: Any = None
 
@@ -58,7 +57,7 @@ def _start_worker(class_name: str, settings: dict[str, str], log_level: int) -> 
     global _worker_rsm
     # Copies are background work: on a busy machine the broker's own process
     # (the event loop serving produce) must win the CPU.
-    os.nice(WORKER_NICENESS)
+    lower_to_background()
     configure_logging(log_level)
     from storage.remote.rsm import load_rsm
 

@@ -31,6 +31,9 @@ def test_a_copy_runs_in_a_worker_process_and_is_read_back(backend: Backend,
         assert backend.rsm.fetch_log_segment(seg.metadata, 0) == seg.log
         workers = list(copier._pool._processes.values())  # type: ignore[union-attr]
         assert workers and all(w.pid != os.getpid() and w.is_alive() for w in workers)
+        # Background work: the workers run in the idle scheduling class.
+        assert {os.sched_getscheduler(w.pid) for w in workers} == {os.SCHED_IDLE}
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:
         copier.close()
 
