@@ -70,8 +70,10 @@ async def send_answers(stream: trio.abc.Stream, out: list[zero_copy.Part | Later
 async def _send_parts(stream: trio.abc.Stream, parts: list[zero_copy.Part],
                       metrics: BrokerMetrics, peer: str) -> None:
     try:
-        from_files = await zero_copy.send_parts(stream, parts)
+        sent = await zero_copy.send_parts(stream, parts)
     except ShortFileSlice as exc:
         reject(metrics, peer, "short_file_slice", str(exc))
-    if from_files:
-        metrics.sendfile_bytes.inc(from_files)
+    if sent.sendfile_bytes:
+        metrics.sendfile_bytes.inc(sent.sendfile_bytes)
+    if sent.warmed_bytes:
+        metrics.fetch_warmed_bytes.inc(sent.warmed_bytes)

@@ -42,6 +42,10 @@ class BrokerMetrics:
             "tierd_fetch_sendfile_bytes",
             "Fetch response bytes sent from segment files with sendfile (tierd.fetch.zero.copy)",
             registry=r)
+        self.fetch_warmed_bytes = Counter(
+            "tierd_fetch_page_cache_miss_bytes",
+            "Fetch response bytes not in the page cache, read in by a worker thread before "
+            "being sent (never on the event loop)", registry=r)
         self.connections = Gauge("tierd_open_connections", "Open client connections", registry=r)
         self.connections_total = Counter("tierd_connections", "Accepted connections", registry=r)
         # Kafka's successful-/failed-authentication-total, per listener and

@@ -11,6 +11,12 @@ from the segment file to the socket, waiting for writability with trio.
 On a TLS connection there is no sendfile: the slices are read with pread
 and encrypted like any other bytes (sendfile would put plaintext on the wire).
 
+Disk waits stay off the event loop: a slice whose pages are not in the page
+cache (``FileSlice.cached``: an old segment a catching-up consumer reads) is
+read in by a worker thread first (``FileSlice.warm``), so sendfile and pread
+on the loop only ever copy from memory, and a produce on another connection
+never waits for this one's disk.
+
 Error handling: a slice whose file ended early (truncated after the read)
 cannot be sent without breaking the frame, so ``send_parts`` raises
 ``ShortFileSlice`` and the connection is closed; the client reconnects and
@@ -67,20 +73,29 @@ def close_parts(parts: Any) -> None:
             part.close()
 
 
-async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> int:
+@dataclass(slots=True)
+class Sent:
+    """What ``send_parts`` sent from segment files: with sendfile, and how
+    much of it had to be read in from disk first."""
+
+    sendfile_bytes: int = 0
+    warmed_bytes: int = 0
+
+
+async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> Sent:
     """Send byte strings (consecutive ones joined) and file slices, in order;
     every slice is closed afterwards, sent or not. Slices go with sendfile on a
     plain socket; on any other stream (TLS encrypts in user space) they are
     read with pread and sent as bytes.
 
     Returns:
-        The bytes sent with sendfile.
+        The bytes sent with sendfile, and those read in from disk first.
 
     Raises:
         ShortFileSlice: a slice's file ended early (the frame cannot be finished).
         trio.BrokenResourceError, OSError: the connection failed.
     """
-    from_files = 0
+    sent = Sent()
     try:
         pending: list[bytes] = []
         for part in parts:
@@ -93,16 +108,19 @@ async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> int:
             if isinstance(part, bytes):
                 await stream.send_all(part)
                 continue
+            if not part.cached():
+                await trio.to_thread.run_sync(part.warm)
+                sent.warmed_bytes += part.length
             if isinstance(stream, trio.SocketStream):
                 await _sendfile(stream, part)
-                from_files += part.length
+                sent.sendfile_bytes += part.length
             else:
                 await stream.send_all(part.read())
         if pending:
             await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
     finally:
         close_parts(parts)
-    return from_files
+    return sent
 
 
 async def _sendfile(stream: trio.SocketStream, part: FileSlice) -> None:

@@ -12,14 +12,26 @@ follower's truncation, a rebuild from the remote tier) while a response waits
 to be sent; the duplicate keeps the file itself open, and a closed-and-reused
 descriptor number can never make us send another file's bytes.
 
-Concurrency: made on the event loop; ``read`` and ``close`` may run anywhere,
-``close`` is idempotent. A slice not closed explicitly closes its descriptor
+A slice whose pages are not in the page cache (an old segment read by a
+catching-up consumer) would make ``sendfile`` or ``pread`` wait for the disk
+on the event loop, stalling every other connection with it (KAFKA-7504).
+``cached`` tells, with a few one-byte ``RWF_NOWAIT`` reads that never wait,
+whether the slice's pages are resident; ``warm`` reads them in, in a worker
+thread, before the slice is sent.
+
+Concurrency: made on the event loop; ``read``, ``warm`` and ``close`` may run
+anywhere, ``close`` is idempotent. A slice not closed explicitly closes its descriptor
 when it is garbage collected (a fetch pass whose results were discarded).
 """
 
 from __future__ import annotations
 
 import os
+
+# One probe read per this many bytes of a slice (and one at its last byte).
+PROBE_STRIDE = 256 * 1024
+# The buffer ``warm`` reads through.
+WARM_READ_BYTES = 256 * 1024
 
 
 class ShortFileSlice(OSError):
@@ -55,6 +67,33 @@ class FileSlice:
         if len(data) != self.length:
             raise ShortFileSlice(f"file slice ended after {len(data)} of {self.length} bytes")
         return data
+
+    def cached(self) -> bool:
+        """Whether the slice's pages are in the page cache, as far as one-byte
+        reads every PROBE_STRIDE bytes and at its end can tell without waiting.
+        Where such reads are not supported it answers True (nothing to gain)."""
+        probe = bytearray(1)
+        end = self.position + self.length
+        points = [*range(self.position, end, PROBE_STRIDE), end - 1]
+        try:
+            for point in points:
+                os.preadv(self.fd, [probe], point, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return False
+        except (OSError, AttributeError):
+            return True
+        return True
+
+    def warm(self) -> None:
+        """Read the slice through once, so that its pages are in the page cache
+        (blocking: run it in a worker thread). A short file just ends it."""
+        buffer = bytearray(min(WARM_READ_BYTES, self.length))
+        position, end = self.position, self.position + self.length
+        while position < end:
+            got = os.preadv(self.fd, [memoryview(buffer)[:end - position]], position)
+            if got <= 0:
+                return
+            position += got
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1

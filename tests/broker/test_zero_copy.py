@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.zero_copy import send_parts
+from broker.zero_copy import Sent, send_parts
 from storage.log.file_slice import FileSlice, ShortFileSlice
 
 
@@ -44,7 +44,8 @@ async def test_parts_arrive_in_order_and_slices_are_closed(tmp_path: Path) -> No
             received.append(await _receive(into, len(expected)))
 
         nursery.start_soon(reader)
-        assert await send_parts(out, parts) == (2 << 20) + 7
+        sent = await send_parts(out, parts)
+        assert sent.sendfile_bytes == (2 << 20) + 7
     assert received == [expected]
     assert all(s.fd == -1 for s in slices)
 
@@ -61,3 +62,68 @@ async def test_a_slice_of_a_truncated_file_is_refused_and_closed(tmp_path: Path)
         await send_parts(out, [b"head", piece])
     assert piece.fd == -1
     assert await _receive(into, 104) == b"head" + b"x" * 100
+
+
+def _evict(path: Path) -> None:
+    """Drop the file's clean pages from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def test_a_slice_not_in_the_page_cache_is_read_in_by_a_thread_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(1 << 20)
+    path = tmp_path / "seg.log"
+    path.write_bytes(data)
+    _evict(path)
+    fd = os.open(path, os.O_RDONLY)
+    cold = FileSlice(fd, 4096, 512 << 10, 0)
+    assert not cold.cached()
+    in_threads: list[str] = []
+    real_run_sync = trio.to_thread.run_sync
+
+    async def run_sync(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        in_threads.append(fn.__name__)
+        return await real_run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", run_sync)
+    out, into = await _pair()
+    async with trio.open_nursery() as nursery:
+        received: list[bytes] = []
+
+        async def reader() -> None:
+            received.append(await _receive(into, 4 + (512 << 10)))
+
+        nursery.start_soon(reader)
+        sent = await send_parts(out, [b"head", cold])
+    assert received == [b"head" + data[4096:4096 + (512 << 10)]]
+    assert sent == Sent(sendfile_bytes=512 << 10, warmed_bytes=512 << 10)
+    assert in_threads == ["warm"]  # the disk read ran in a worker thread
+    assert FileSlice(fd, 4096, 512 << 10, 0).cached()  # and left the pages resident
+    os.close(fd)
+
+
+async def test_a_slice_in_the_page_cache_is_sent_as_it_is(tmp_path: Path) -> None:
+    data = os.urandom(256 << 10)
+    path = tmp_path / "seg.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    os.pread(fd, len(data), 0)
+    hot = FileSlice(fd, 0, len(data), 0)
+    os.close(fd)
+    assert hot.cached()
+    out, into = await _pair()
+    async with trio.open_nursery() as nursery:
+        received: list[bytes] = []
+
+        async def reader() -> None:
+            received.append(await _receive(into, len(data)))
+
+        nursery.start_soon(reader)
+        sent = await send_parts(out, [hot])
+    assert received == [data]
+    assert sent == Sent(sendfile_bytes=len(data), warmed_bytes=0)
