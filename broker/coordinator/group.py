@@ -28,7 +28,8 @@ as an exception, not as a group that silently misbehaves. Groups loaded from
 ``__consumer_offsets`` start in Empty or Stable, as in Kafka.
 
 This module keeps state only; timers, persistence and the answers parked
-in ``Reply`` slots are driven by ``coordinator.py``.
+in ``Reply`` slots are driven by ``rebalance.py``, on requests checked by
+``classic.py``.
 """
 
 from __future__ import annotations
