@@ -13,26 +13,20 @@ watermark and passes it to ``read`` as the upper bound of what consumers
 may see. A read below the local log start but not below the log start is
 answered OFFSET_MOVED_TO_TIERED_STORAGE: the remote tier serves it.
 
-Producer state (idempotence, transactions) lives in ``producers``; it is
-saved to ``<offset>.snapshot`` at every roll and on close, and on open the
-latest usable snapshot is restored and only the batches after it replayed.
+Producer state (idempotence, transactions) and its ``<offset>.snapshot``
+files are kept by ``storage.log.producer_upkeep`` (``producer_upkeep``).
 ``first_unstable_offset`` is where the oldest open transaction starts (the
-last stable offset cannot pass it); aborted transactions are indexed per
-segment in ``.txnindex`` when their ABORT marker is appended.
+last stable offset cannot pass it).
 
 This class validates and assigns offsets, then hands the bytes to the local
 log; every change of the segments (append, roll, truncation, deletion) goes
-through ``self.local``, and this class keeps the epochs, producer state and
-snapshots in step with it. ``storage.log.local_log`` never imports this one.
+through ``self.local``, and this class keeps the epochs in step with it and
+tells the producer upkeep. ``storage.log.local_log`` never imports this one.
 
-Why over ~450 lines (about 640): this is what Kafka's UnifiedLog keeps over
-its LocalLog (opening with the snapshot restore and replay of its LogLoader,
-append validation, producer-state and snapshot upkeep, leader epochs,
-retention by both policies, the log start and tier boundary), each step
-changing several of them at once. The next cut, if wanted, is the
-producer-state upkeep (restore, replay, snapshot pruning: about 110 lines)
-into a module of its own, as Kafka's ProducerStateManager owns its snapshot
-files.
+Why over ~450 lines (about 550): this is what Kafka's UnifiedLog keeps over
+its LocalLog (opening, append validation, leader epochs, retention by both
+policies, the log start and tier boundary), each step changing several of
+them at once.
 
 Concurrency: every method runs on the event loop; ``flush`` fsyncs in a
 worker thread (``LocalLog.flush``).
@@ -48,22 +42,17 @@ import structlog
 
 from config.topic import LogConfig
 from protocol import record_filter, records
-from protocol.control import EndTxnMarker, read_marker
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
-from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
+from storage.log.producer_snapshot import SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
+from storage.log.producer_upkeep import ProducerUpkeep
 from storage.log.segment import LogSegment
 from storage.log.txn_index import AbortedTxn
 
 log = structlog.get_logger(__name__)
-
-# Producer snapshots kept besides those tiered storage still has to copy:
-# enough to fall back past a torn one and to reload after a short truncation
-# without replaying the whole log.
-_SNAPSHOTS_KEPT = 3
 
 
 @dataclass(slots=True)
@@ -97,8 +86,7 @@ class Log:
         self.start_listener: Callable[[], None] | None = None
         self.highest_tiered_offset = -1
         self.epochs = LeaderEpochCache(directory)
-        self.producers = ProducerStateManager()
-        self.snapshots = SnapshotFiles(directory)
+        self.producer_upkeep = ProducerUpkeep(self.local)
 
     @property
     def log_start_offset(self) -> int:
@@ -150,77 +138,8 @@ class Log:
         self.local.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
         self.epochs.truncate_from_end(self.end_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state(recovered[0].base_offset if recovered else None)
+        self.producer_upkeep.rebuild(recovered[0].base_offset if recovered else None)
         return self
-
-    def _rebuild_producer_state(self, first_recovered: int | None = None) -> None:
-        """Restore the latest usable snapshot, then replay the batches after it.
-
-        Usable: at or below the log end, not below the first segment, and not
-        above ``first_recovered``, the first segment recovery re-validated
-        (the replay rebuilds those segments' aborted-transaction indexes).
-        Snapshots beyond the log end or below its first segment describe data
-        that is gone and are deleted; a corrupt one is deleted and the next
-        older one tried.
-        """
-        end, first = self.end_offset, self.local.base_offset
-        self.snapshots.delete_where(lambda o: o > end or o < first)
-        ceiling = end if first_recovered is None else min(end, first_recovered)
-        self.producers.truncate()
-        start = first
-        for offset in reversed(self.snapshots.offsets()):
-            if offset > ceiling:
-                continue
-            try:
-                self.producers.load_snapshot(self.snapshots.read(offset))
-            except (CorruptSnapshot, OSError) as exc:
-                log.warning("deleting unreadable producer snapshot", topic=self.topic,
-                            partition=self.partition, offset=offset, error=str(exc))
-                self.snapshots.delete(offset)
-                continue
-            start = offset
-            break
-        self._replay_producers(start)
-
-    def _replay_producers(self, start: int) -> None:
-        """Feed the producer state every batch header from ``start`` (a batch boundary)."""
-        for seg, batch in self.local.batches_from(start):
-            head = seg.read_batch_bytes_header(batch)
-            if head.producer_id < 0:
-                continue
-            markers = None
-            if head.is_control:
-                data = seg.read_batch_bytes(batch)
-                markers = self._markers(data, [records.parse_header(data, 0)])
-            self._update_producers(seg, [head], markers)
-
-    def _markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
-                 ) -> list[EndTxnMarker | None] | None:
-        """The transaction marker of each control batch (None elsewhere; None if none)."""
-        if not any(h.is_control for h in headers):
-            return None
-        out: list[EndTxnMarker | None] = []
-        for h in headers:
-            marker = None
-            if h.is_control:
-                try:
-                    marker = read_marker(data, h)
-                except KafkaApiError as exc:
-                    log.warning("unreadable control batch", topic=self.topic,
-                                partition=self.partition, offset=h.base_offset, error=exc.message)
-            out.append(marker)
-        return out
-
-    def _update_producers(self, seg: LogSegment, headers: list[records.BatchHeader],
-                          markers: list[EndTxnMarker | None] | None) -> None:
-        """Update producer state; index aborts in ``seg`` (the segment holding the markers).
-
-        Idempotent for replays: an abort already in the index is not added again.
-        """
-        for txn in self.producers.update(headers, markers):
-            if txn.aborted and txn.last_offset > seg.txn_index.last_offset:
-                seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
-                                                txn.last_offset, txn.last_stable_offset))
 
     def _rebuild_epochs_from(self, seg: LogSegment) -> None:
         for batch in seg.iter_batches(0):
@@ -228,6 +147,16 @@ class Log:
             self.epochs.assign(header.leader_epoch, header.base_offset)
 
     # -- state --------------------------------------------------------------
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        """The producer state (idempotence, transactions): ``ProducerUpkeep``'s."""
+        return self.producer_upkeep.state
+
+    @property
+    def snapshots(self) -> SnapshotFiles:
+        """The producer-state snapshot files: ``ProducerUpkeep``'s."""
+        return self.producer_upkeep.snapshots
 
     @property
     def config(self) -> LogConfig:
@@ -301,7 +230,8 @@ class Log:
             self._check_timestamps(headers, now)
         if self.config.compact and origin is AppendOrigin.CLIENT:
             self._check_keys(data, headers)
-        markers = self._markers(data, headers) if origin is not AppendOrigin.CLIENT else None
+        markers = (self.producer_upkeep.markers(data, headers)
+                   if origin is not AppendOrigin.CLIENT else None)
         duplicate = self.producers.check(headers, markers, origin)
         if duplicate is not None:
             return AppendResult(duplicate[0], duplicate[1], -1, self.log_start_offset, False)
@@ -311,7 +241,7 @@ class Log:
                                now if self.config.log_append_time else None)
         self.epochs.assign(leader_epoch, first)
         seg = self.local.append(data, headers)
-        self._update_producers(seg, headers, markers)
+        self.producer_upkeep.update(seg, headers, markers)
         return AppendResult(first, headers[-1].last_offset,
                             now if self.config.log_append_time else -1,
                             self.log_start_offset, self.local.flush_due(now))
@@ -329,7 +259,7 @@ class Log:
         for h in headers:
             self.epochs.assign(h.leader_epoch, h.base_offset)
         seg = self.local.append(data, headers)
-        self._update_producers(seg, headers, self._markers(data, headers))
+        self.producer_upkeep.update(seg, headers, self.producer_upkeep.markers(data, headers))
         return self.end_offset
 
     def _check_keys(self, data: bytearray, headers: list[records.BatchHeader]) -> None:
@@ -365,28 +295,17 @@ class Log:
         seg = self.local.roll(base)
         if seg is None:
             return self.active
-        # Kafka's roll-time snapshot: the producer state before ``base``. Tiered
-        # storage copies it with the segment just closed.
-        self.snapshots.write(base, self.producers.snapshot_entries())
-        self._prune_snapshots()
+        self.producer_upkeep.rolled(base, self._snapshot_copy_floor())
         return seg
 
-    def _prune_snapshots(self) -> None:
-        """Keep the newest few snapshots, and those tiered storage has yet to copy
-        (at the next base offset of a segment above the highest tiered offset)."""
-        first = self.local.base_offset
-        newest = set(self.snapshots.offsets()[-_SNAPSHOTS_KEPT:])
-        copy_floor = self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
-        self.snapshots.delete_where(
-            lambda o: o < first or (o not in newest and (copy_floor is None or o <= copy_floor)))
+    def _snapshot_copy_floor(self) -> int | None:
+        """Producer snapshots above this offset tiered storage has yet to copy
+        (None: the log is not tiered)."""
+        return self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
 
     def producer_snapshot_for(self, seg: LogSegment) -> str | None:
         """The snapshot taken when ``seg`` was rolled (at the next segment's base), if kept."""
-        segments = self.segments
-        i = next((n for n, s in enumerate(segments) if s is seg), len(segments))
-        if i + 1 >= len(segments):
-            return None
-        return self.snapshots.existing(segments[i + 1].base_offset)
+        return self.producer_upkeep.snapshot_for(seg)
 
     def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), for a read_committed
@@ -477,7 +396,7 @@ class Log:
 
     def _remove_first_segment(self) -> None:
         self.local.remove_first_segment()
-        self._prune_snapshots()
+        self.producer_upkeep.prune(self._snapshot_copy_floor())
 
     def apply_retention(self, high_watermark: int) -> int:
         """Delete local segments beyond retention; returns how many went.
@@ -596,7 +515,7 @@ class Log:
             return
         self.local.truncate_to(offset)
         self.epochs.truncate_from_end(offset)
-        self._rebuild_producer_state()
+        self.producer_upkeep.rebuild()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (a follower behind the leader's start)."""
@@ -614,23 +533,18 @@ class Log:
         self.log_start_offset = min(log_start, next_offset)
         self.epochs.replace([(e, o) for e, o in epochs if o < next_offset])
         self.epochs.truncate_from_start(self.log_start_offset)
-        self.snapshots.delete_where(lambda _: True)
-        self.snapshots.write(next_offset, producers)
-        self.producers.load_snapshot(producers)
+        self.producer_upkeep.reset(next_offset, producers)
         self.highest_tiered_offset = next_offset - 1
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self.local.truncate_fully_and_start_at(offset)
         self.epochs.clear()
-        self.producers.truncate()
+        self.producer_upkeep.state.truncate()
 
     def close(self) -> None:
-        """Close the files; like Kafka, snapshot the producer state at the log end first
-        (unless the log is empty or that snapshot exists)."""
-        end = self.end_offset
-        if (end > self.local.base_offset and os.path.isdir(self.directory)
-                and self.snapshots.existing(end) is None):
-            self.snapshots.write(end, self.producers.snapshot_entries())
+        """Close the files, snapshotting the producer state at the log end first
+        (``ProducerUpkeep.close``)."""
+        self.producer_upkeep.close()
         self.local.close()
 
     def delete_files(self) -> None:
