@@ -23,10 +23,12 @@ log; every change of the segments (append, roll, truncation, deletion) goes
 through ``self.local``, and this class keeps the epochs in step with it and
 tells the producer upkeep. ``storage.log.local_log`` never imports this one.
 
-Why over ~450 lines (about 550): this is what Kafka's UnifiedLog keeps over
-its LocalLog (opening, append validation, leader epochs, retention by both
-policies, the log start and tier boundary), each step changing several of
-them at once.
+Retention (which applies, and deleting expired segments from the front)
+is ``storage.log.retention``'s, through the ``RetainedLog`` interface.
+
+Why over ~450 lines (about 480): this is what Kafka's UnifiedLog keeps over
+its LocalLog (opening, append validation, leader epochs, the log start and
+tier boundary, truncation), each step changing several of them at once.
 
 Concurrency: every method runs on the event loop; ``flush`` fsyncs in a
 worker thread (``LocalLog.flush``).
@@ -43,6 +45,7 @@ import structlog
 from config.topic import LogConfig
 from protocol import record_filter, records
 from protocol.errors import ErrorCode, KafkaApiError
+from storage.log import retention
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
@@ -392,88 +395,17 @@ class Log:
 
     def _delete_segments_below_start(self) -> None:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self._remove_first_segment()
+            self.remove_first_segment()
 
-    def _remove_first_segment(self) -> None:
+    def remove_first_segment(self) -> None:
+        """Delete the first local segment, then prune the producer snapshots."""
         self.local.remove_first_segment()
         self.producer_upkeep.prune(self._snapshot_copy_floor())
 
     def apply_retention(self, high_watermark: int) -> int:
-        """Delete local segments beyond retention; returns how many went.
-
-        Which retention applies (Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``):
-
-        - tiering on and copying on: local.retention.*, and only segments
-          already in the remote tier may go (total retention of remote data
-          is the remote expiration task's job);
-        - otherwise (untiered, or remote.log.copy.disable=true): the total
-          retention.ms / retention.bytes, on segments wholly below the high
-          watermark, tiered or not; an expired active segment is rolled
-          first, as Kafka does. With copying off nothing new reaches the
-          tier, so without this the local log would grow until the disk is
-          full (KIP-950, KAFKA-17236).
-
-        Deleting a segment the remote tier does not hold moves the log start
-        to the new local start: the data below it is no longer contiguous
-        with the log (and, being older, is beyond the same total retention;
-        the expirer deletes it as below the log start). Deleting a tiered
-        segment moves only the local start.
-        """
-        if "delete" not in self.config.cleanup_policy:
-            return 0
-        now = self._clock()
-        cfg = self.config
-        local_only = cfg.remote_storage_enable and not cfg.remote_copy_disable
-        count = 0
-        start_moved = False
-        while True:
-            expired = (self._locally_expired(now) if local_only
-                       else self._first_segment_expired(now, high_watermark))
-            if not expired:
-                break
-            if len(self.segments) == 1:
-                self.roll()
-            seg = self.segments[0]
-            tiered = cfg.remote_storage_enable and seg.last_offset <= self.highest_tiered_offset
-            log.info("deleting local segment by retention", topic=self.topic,
-                     partition=self.partition, base_offset=seg.base_offset,
-                     last_offset=seg.last_offset, size=seg.size, tiered=tiered,
-                     local_retention=local_only)
-            self._remove_first_segment()
-            if not tiered and self.local.base_offset > self.log_start_offset:
-                self.log_start_offset = self.local.base_offset
-                start_moved = True
-            count += 1
-        if start_moved:
-            self.epochs.truncate_from_start(self.log_start_offset)
-        return count
-
-    def _first_segment_expired(self, now: int, high_watermark: int) -> bool:
-        seg = self.segments[0]
-        if seg.is_empty:
-            # Holds nothing (the cleaner emptied it): it has no timestamp to
-            # expire by, and deleting it loses nothing; the active one stays.
-            return len(self.segments) > 1
-        if seg.last_offset >= high_watermark:
-            return False
-        cfg = self.config
-        if cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:
-            return True
-        return cfg.retention_bytes >= 0 and self.size - seg.size >= cfg.retention_bytes
-
-    def _locally_expired(self, now: int) -> bool:
-        if len(self.segments) < 2:
-            return False
-        seg = self.segments[0]
-        if seg.last_offset > self.highest_tiered_offset:
-            return False
-        if seg.last_offset < self.log_start_offset:
-            return True
-        cfg = self.config
-        if (cfg.local_retention_ms >= 0 and seg.max_timestamp >= 0
-                and now - seg.max_timestamp > cfg.local_retention_ms):
-            return True
-        return cfg.local_retention_bytes >= 0 and self.size - seg.size >= cfg.local_retention_bytes
+        """Delete local segments beyond retention (``storage.log.retention``);
+        returns how many went."""
+        return retention.apply_retention(self, self._clock, high_watermark)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the global log start forward (remote expiration); never back."""
