@@ -23,12 +23,10 @@ log; every change of the segments (append, roll, truncation, deletion) goes
 through ``self.local``, and this class keeps the epochs in step with it and
 tells the producer upkeep. ``storage.log.local_log`` never imports this one.
 
-Retention (which applies, and deleting expired segments from the front)
-is ``storage.log.retention``'s, through the ``RetainedLog`` interface.
-
-Why over ~450 lines (about 480): this is what Kafka's UnifiedLog keeps over
-its LocalLog (opening, append validation, leader epochs, the log start and
-tier boundary, truncation), each step changing several of them at once.
+Opening (recovery, epochs, log start, producer state: as Kafka's
+LogLoader) is ``storage.log.loader``'s; retention (which applies, and
+deleting expired segments from the front) is ``storage.log.retention``'s,
+through the ``RetainedLog`` interface.
 
 Concurrency: every method runs on the event loop; ``flush`` fsyncs in a
 worker thread (``LocalLog.flush``).
@@ -45,7 +43,7 @@ import structlog
 from config.topic import LogConfig
 from protocol import record_filter, records
 from protocol.errors import ErrorCode, KafkaApiError
-from storage.log import retention
+from storage.log import loader, retention
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
@@ -109,45 +107,14 @@ class Log:
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig,
              clock: Callable[[], int], *, recovery_point: int = 0, log_start_offset: int = 0,
              clean_shutdown: bool = False) -> Log:
-        """Open (or create) the log in ``directory``, recovering if needed."""
+        """Open (or create) the log in ``directory``, recovering if needed
+        (``storage.log.loader``)."""
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config, clock)
-        recovered = self.local.load(recovery_point, clean_shutdown)
-        for seg in recovered:
-            self._rebuild_epochs_from(seg)
-        if not self.epochs.entries and any(not seg.is_empty for seg in self.segments):
-            # A missing or corrupt leader-epoch-checkpoint: rebuild it from the
-            # batches on disk (a tiered log's remote part comes back from the
-            # remote metadata when tiering resumes, ``RemoteLogManager._restore``).
-            log.warning("leader-epoch-checkpoint missing or unreadable; rebuilding it from "
-                        "the segments", topic=topic, partition=partition)
-            for seg in self.segments:
-                self._rebuild_epochs_from(seg)
-        if not self.segments:
-            self.local.add_segment(max(log_start_offset, 0))
-        first_local = self.local.base_offset
-        if log_start_offset > self.end_offset:
-            # The checkpointed start lies beyond what recovery kept (a torn,
-            # unflushed tail): like Kafka's LogLoader, start afresh there.
-            log.warning("log start offset beyond recovered end; starting the log there",
-                        topic=topic, partition=partition, log_start_offset=log_start_offset,
-                        recovered_end=self.end_offset)
-            self._truncate_fully_and_start_at(log_start_offset)
-            first_local = log_start_offset
-        if config.remote_storage_enable:
-            self.log_start_offset = min(max(log_start_offset, 0), first_local)
-        else:
-            self.log_start_offset = max(log_start_offset, first_local)
-        self.local.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
-        self.epochs.truncate_from_end(self.end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self.producer_upkeep.rebuild(recovered[0].base_offset if recovered else None)
+        self.log_start_offset = loader.load(
+            self.local, self.epochs, self.producer_upkeep, recovery_point=recovery_point,
+            log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
         return self
-
-    def _rebuild_epochs_from(self, seg: LogSegment) -> None:
-        for batch in seg.iter_batches(0):
-            header = seg.read_batch_bytes_header(batch)
-            self.epochs.assign(header.leader_epoch, header.base_offset)
 
     # -- state --------------------------------------------------------------
 
