@@ -18,10 +18,11 @@ files are kept by ``storage.log.producer_upkeep`` (``producer_upkeep``).
 ``first_unstable_offset`` is where the oldest open transaction starts (the
 last stable offset cannot pass it).
 
-This class validates and assigns offsets, then hands the bytes to the local
-log; every change of the segments (append, roll, truncation, deletion) goes
-through ``self.local``, and this class keeps the epochs in step with it and
-tells the producer upkeep. ``storage.log.local_log`` never imports this one.
+This class validates (with ``storage.log.validator``'s topic checks) and
+assigns offsets, then hands the bytes to the local log; every change of the
+segments (append, roll, truncation, deletion) goes through ``self.local``,
+and this class keeps the epochs in step with it and tells the producer
+upkeep. ``storage.log.local_log`` never imports this one.
 
 Opening (recovery, epochs, log start, producer state: as Kafka's
 LogLoader) is ``storage.log.loader``'s; retention (which applies, and
@@ -41,9 +42,9 @@ from dataclasses import dataclass
 import structlog
 
 from config.topic import LogConfig
-from protocol import record_filter, records
+from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
-from storage.log import loader, retention
+from storage.log import loader, retention, validator
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
@@ -190,16 +191,15 @@ class Log:
 
         Raises:
             KafkaApiError: the record set is invalid (see
-                ``records.validate_for_append``), has a timestamp outside
-                message.timestamp.before/after.max.ms, or fails the producer
-                checks (see ``ProducerStateManager.check``).
+                ``records.validate_for_append``), fails the topic's checks
+                (``validator.check_produced``: timestamps, keys of a
+                compacted topic), or fails the producer checks (see
+                ``ProducerStateManager.check``).
         """
         headers = records.validate_for_append(data, self.config.max_message_bytes)
         now = self._clock()
-        if not self.config.log_append_time:
-            self._check_timestamps(headers, now)
-        if self.config.compact and origin is AppendOrigin.CLIENT:
-            self._check_keys(data, headers)
+        validator.check_produced(data, headers, self.config, now, origin,
+                                 f"{self.topic}-{self.partition}")
         markers = (self.producer_upkeep.markers(data, headers)
                    if origin is not AppendOrigin.CLIENT else None)
         duplicate = self.producers.check(headers, markers, origin)
@@ -231,28 +231,6 @@ class Log:
         seg = self.local.append(data, headers)
         self.producer_upkeep.update(seg, headers, self.producer_upkeep.markers(data, headers))
         return self.end_offset
-
-    def _check_keys(self, data: bytearray, headers: list[records.BatchHeader]) -> None:
-        """A compacted log keeps the last record per key: a record without one is refused."""
-        for h in headers:
-            if h.is_control:
-                continue
-            body = record_filter.records_body(data, h)
-            if any(r.key is None for r in record_filter.scan_records(body, h.records_count)):
-                raise KafkaApiError(
-                    ErrorCode.INVALID_RECORD,
-                    "Compacted topic cannot accept message without key in topic partition "
-                    f"{self.topic}-{self.partition}.")
-
-    def _check_timestamps(self, headers: list[records.BatchHeader], now: int) -> None:
-        lo = now - self.config.timestamp_before_max_ms
-        hi = now + self.config.timestamp_after_max_ms
-        for h in headers:
-            if h.is_control:
-                continue
-            if h.max_timestamp > hi or (h.base_timestamp < lo and h.base_timestamp >= 0):
-                raise KafkaApiError(ErrorCode.INVALID_TIMESTAMP,
-                                    f"timestamp {h.max_timestamp} outside [{lo}, {hi}]")
 
     def _maybe_roll(self, size: int, headers: list[records.BatchHeader], now: int,
                     first_offset: int) -> None:
