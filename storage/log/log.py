@@ -13,26 +13,21 @@ watermark and passes it to ``read`` as the upper bound of what consumers
 may see. A read below the local log start but not below the log start is
 answered OFFSET_MOVED_TO_TIERED_STORAGE: the remote tier serves it.
 
-Producer state (idempotence, transactions) lives in ``producers``; it is
-saved to ``<offset>.snapshot`` at every roll and on close, and on open the
-latest usable snapshot is restored and only the batches after it replayed.
+Producer state (idempotence, transactions) and its ``<offset>.snapshot``
+files are kept by ``storage.log.producer_upkeep`` (``producer_upkeep``).
 ``first_unstable_offset`` is where the oldest open transaction starts (the
-last stable offset cannot pass it); aborted transactions are indexed per
-segment in ``.txnindex`` when their ABORT marker is appended.
+last stable offset cannot pass it).
 
-This class validates and assigns offsets, then hands the bytes to the local
-log; every change of the segments (append, roll, truncation, deletion) goes
-through ``self.local``, and this class keeps the epochs, producer state and
-snapshots in step with it. ``storage.log.local_log`` never imports this one.
+This class validates (with ``storage.log.validator``'s topic checks) and
+assigns offsets, then hands the bytes to the local log; every change of the
+segments (append, roll, truncation, deletion) goes through ``self.local``,
+and this class keeps the epochs in step with it and tells the producer
+upkeep. ``storage.log.local_log`` never imports this one.
 
-Why over ~450 lines (about 640): this is what Kafka's UnifiedLog keeps over
-its LocalLog (opening with the snapshot restore and replay of its LogLoader,
-append validation, producer-state and snapshot upkeep, leader epochs,
-retention by both policies, the log start and tier boundary), each step
-changing several of them at once. The next cut, if wanted, is the
-producer-state upkeep (restore, replay, snapshot pruning: about 110 lines)
-into a module of its own, as Kafka's ProducerStateManager owns its snapshot
-files.
+Opening (recovery, epochs, log start, producer state: as Kafka's
+LogLoader) is ``storage.log.loader``'s; retention (which applies, and
+deleting expired segments from the front) is ``storage.log.retention``'s,
+through the ``RetainedLog`` interface.
 
 Concurrency: every method runs on the event loop; ``flush`` fsyncs in a
 worker thread (``LocalLog.flush``).
@@ -47,23 +42,19 @@ from dataclasses import dataclass
 import structlog
 
 from config.topic import LogConfig
-from protocol import record_filter, records
-from protocol.control import EndTxnMarker, read_marker
+from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
+from storage.log import loader, retention, validator
 from storage.log.epoch_cache import LeaderEpochCache
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
-from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
+from storage.log.producer_snapshot import SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import AppendOrigin, ProducerStateManager
+from storage.log.producer_upkeep import ProducerUpkeep
 from storage.log.segment import LogSegment
 from storage.log.txn_index import AbortedTxn
 
 log = structlog.get_logger(__name__)
-
-# Producer snapshots kept besides those tiered storage still has to copy:
-# enough to fall back past a torn one and to reload after a short truncation
-# without replaying the whole log.
-_SNAPSHOTS_KEPT = 3
 
 
 @dataclass(slots=True)
@@ -97,8 +88,7 @@ class Log:
         self.start_listener: Callable[[], None] | None = None
         self.highest_tiered_offset = -1
         self.epochs = LeaderEpochCache(directory)
-        self.producers = ProducerStateManager()
-        self.snapshots = SnapshotFiles(directory)
+        self.producer_upkeep = ProducerUpkeep(self.local)
 
     @property
     def log_start_offset(self) -> int:
@@ -118,116 +108,26 @@ class Log:
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig,
              clock: Callable[[], int], *, recovery_point: int = 0, log_start_offset: int = 0,
              clean_shutdown: bool = False) -> Log:
-        """Open (or create) the log in ``directory``, recovering if needed."""
+        """Open (or create) the log in ``directory``, recovering if needed
+        (``storage.log.loader``)."""
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config, clock)
-        recovered = self.local.load(recovery_point, clean_shutdown)
-        for seg in recovered:
-            self._rebuild_epochs_from(seg)
-        if not self.epochs.entries and any(not seg.is_empty for seg in self.segments):
-            # A missing or corrupt leader-epoch-checkpoint: rebuild it from the
-            # batches on disk (a tiered log's remote part comes back from the
-            # remote metadata when tiering resumes, ``RemoteLogManager._restore``).
-            log.warning("leader-epoch-checkpoint missing or unreadable; rebuilding it from "
-                        "the segments", topic=topic, partition=partition)
-            for seg in self.segments:
-                self._rebuild_epochs_from(seg)
-        if not self.segments:
-            self.local.add_segment(max(log_start_offset, 0))
-        first_local = self.local.base_offset
-        if log_start_offset > self.end_offset:
-            # The checkpointed start lies beyond what recovery kept (a torn,
-            # unflushed tail): like Kafka's LogLoader, start afresh there.
-            log.warning("log start offset beyond recovered end; starting the log there",
-                        topic=topic, partition=partition, log_start_offset=log_start_offset,
-                        recovered_end=self.end_offset)
-            self._truncate_fully_and_start_at(log_start_offset)
-            first_local = log_start_offset
-        if config.remote_storage_enable:
-            self.log_start_offset = min(max(log_start_offset, 0), first_local)
-        else:
-            self.log_start_offset = max(log_start_offset, first_local)
-        self.local.recovery_point = min(max(recovery_point, self.log_start_offset), self.end_offset)
-        self.epochs.truncate_from_end(self.end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state(recovered[0].base_offset if recovered else None)
+        self.log_start_offset = loader.load(
+            self.local, self.epochs, self.producer_upkeep, recovery_point=recovery_point,
+            log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)
         return self
 
-    def _rebuild_producer_state(self, first_recovered: int | None = None) -> None:
-        """Restore the latest usable snapshot, then replay the batches after it.
-
-        Usable: at or below the log end, not below the first segment, and not
-        above ``first_recovered``, the first segment recovery re-validated
-        (the replay rebuilds those segments' aborted-transaction indexes).
-        Snapshots beyond the log end or below its first segment describe data
-        that is gone and are deleted; a corrupt one is deleted and the next
-        older one tried.
-        """
-        end, first = self.end_offset, self.local.base_offset
-        self.snapshots.delete_where(lambda o: o > end or o < first)
-        ceiling = end if first_recovered is None else min(end, first_recovered)
-        self.producers.truncate()
-        start = first
-        for offset in reversed(self.snapshots.offsets()):
-            if offset > ceiling:
-                continue
-            try:
-                self.producers.load_snapshot(self.snapshots.read(offset))
-            except (CorruptSnapshot, OSError) as exc:
-                log.warning("deleting unreadable producer snapshot", topic=self.topic,
-                            partition=self.partition, offset=offset, error=str(exc))
-                self.snapshots.delete(offset)
-                continue
-            start = offset
-            break
-        self._replay_producers(start)
-
-    def _replay_producers(self, start: int) -> None:
-        """Feed the producer state every batch header from ``start`` (a batch boundary)."""
-        for seg, batch in self.local.batches_from(start):
-            head = seg.read_batch_bytes_header(batch)
-            if head.producer_id < 0:
-                continue
-            markers = None
-            if head.is_control:
-                data = seg.read_batch_bytes(batch)
-                markers = self._markers(data, [records.parse_header(data, 0)])
-            self._update_producers(seg, [head], markers)
-
-    def _markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
-                 ) -> list[EndTxnMarker | None] | None:
-        """The transaction marker of each control batch (None elsewhere; None if none)."""
-        if not any(h.is_control for h in headers):
-            return None
-        out: list[EndTxnMarker | None] = []
-        for h in headers:
-            marker = None
-            if h.is_control:
-                try:
-                    marker = read_marker(data, h)
-                except KafkaApiError as exc:
-                    log.warning("unreadable control batch", topic=self.topic,
-                                partition=self.partition, offset=h.base_offset, error=exc.message)
-            out.append(marker)
-        return out
-
-    def _update_producers(self, seg: LogSegment, headers: list[records.BatchHeader],
-                          markers: list[EndTxnMarker | None] | None) -> None:
-        """Update producer state; index aborts in ``seg`` (the segment holding the markers).
-
-        Idempotent for replays: an abort already in the index is not added again.
-        """
-        for txn in self.producers.update(headers, markers):
-            if txn.aborted and txn.last_offset > seg.txn_index.last_offset:
-                seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
-                                                txn.last_offset, txn.last_stable_offset))
-
-    def _rebuild_epochs_from(self, seg: LogSegment) -> None:
-        for batch in seg.iter_batches(0):
-            header = seg.read_batch_bytes_header(batch)
-            self.epochs.assign(header.leader_epoch, header.base_offset)
-
     # -- state --------------------------------------------------------------
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        """The producer state (idempotence, transactions): ``ProducerUpkeep``'s."""
+        return self.producer_upkeep.state
+
+    @property
+    def snapshots(self) -> SnapshotFiles:
+        """The producer-state snapshot files: ``ProducerUpkeep``'s."""
+        return self.producer_upkeep.snapshots
 
     @property
     def config(self) -> LogConfig:
@@ -291,17 +191,17 @@ class Log:
 
         Raises:
             KafkaApiError: the record set is invalid (see
-                ``records.validate_for_append``), has a timestamp outside
-                message.timestamp.before/after.max.ms, or fails the producer
-                checks (see ``ProducerStateManager.check``).
+                ``records.validate_for_append``), fails the topic's checks
+                (``validator.check_produced``: timestamps, keys of a
+                compacted topic), or fails the producer checks (see
+                ``ProducerStateManager.check``).
         """
         headers = records.validate_for_append(data, self.config.max_message_bytes)
         now = self._clock()
-        if not self.config.log_append_time:
-            self._check_timestamps(headers, now)
-        if self.config.compact and origin is AppendOrigin.CLIENT:
-            self._check_keys(data, headers)
-        markers = self._markers(data, headers) if origin is not AppendOrigin.CLIENT else None
+        validator.check_produced(data, headers, self.config, now, origin,
+                                 f"{self.topic}-{self.partition}")
+        markers = (self.producer_upkeep.markers(data, headers)
+                   if origin is not AppendOrigin.CLIENT else None)
         duplicate = self.producers.check(headers, markers, origin)
         if duplicate is not None:
             return AppendResult(duplicate[0], duplicate[1], -1, self.log_start_offset, False)
@@ -311,7 +211,7 @@ class Log:
                                now if self.config.log_append_time else None)
         self.epochs.assign(leader_epoch, first)
         seg = self.local.append(data, headers)
-        self._update_producers(seg, headers, markers)
+        self.producer_upkeep.update(seg, headers, markers)
         return AppendResult(first, headers[-1].last_offset,
                             now if self.config.log_append_time else -1,
                             self.log_start_offset, self.local.flush_due(now))
@@ -329,30 +229,8 @@ class Log:
         for h in headers:
             self.epochs.assign(h.leader_epoch, h.base_offset)
         seg = self.local.append(data, headers)
-        self._update_producers(seg, headers, self._markers(data, headers))
+        self.producer_upkeep.update(seg, headers, self.producer_upkeep.markers(data, headers))
         return self.end_offset
-
-    def _check_keys(self, data: bytearray, headers: list[records.BatchHeader]) -> None:
-        """A compacted log keeps the last record per key: a record without one is refused."""
-        for h in headers:
-            if h.is_control:
-                continue
-            body = record_filter.records_body(data, h)
-            if any(r.key is None for r in record_filter.scan_records(body, h.records_count)):
-                raise KafkaApiError(
-                    ErrorCode.INVALID_RECORD,
-                    "Compacted topic cannot accept message without key in topic partition "
-                    f"{self.topic}-{self.partition}.")
-
-    def _check_timestamps(self, headers: list[records.BatchHeader], now: int) -> None:
-        lo = now - self.config.timestamp_before_max_ms
-        hi = now + self.config.timestamp_after_max_ms
-        for h in headers:
-            if h.is_control:
-                continue
-            if h.max_timestamp > hi or (h.base_timestamp < lo and h.base_timestamp >= 0):
-                raise KafkaApiError(ErrorCode.INVALID_TIMESTAMP,
-                                    f"timestamp {h.max_timestamp} outside [{lo}, {hi}]")
 
     def _maybe_roll(self, size: int, headers: list[records.BatchHeader], now: int,
                     first_offset: int) -> None:
@@ -365,28 +243,17 @@ class Log:
         seg = self.local.roll(base)
         if seg is None:
             return self.active
-        # Kafka's roll-time snapshot: the producer state before ``base``. Tiered
-        # storage copies it with the segment just closed.
-        self.snapshots.write(base, self.producers.snapshot_entries())
-        self._prune_snapshots()
+        self.producer_upkeep.rolled(base, self._snapshot_copy_floor())
         return seg
 
-    def _prune_snapshots(self) -> None:
-        """Keep the newest few snapshots, and those tiered storage has yet to copy
-        (at the next base offset of a segment above the highest tiered offset)."""
-        first = self.local.base_offset
-        newest = set(self.snapshots.offsets()[-_SNAPSHOTS_KEPT:])
-        copy_floor = self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
-        self.snapshots.delete_where(
-            lambda o: o < first or (o not in newest and (copy_floor is None or o <= copy_floor)))
+    def _snapshot_copy_floor(self) -> int | None:
+        """Producer snapshots above this offset tiered storage has yet to copy
+        (None: the log is not tiered)."""
+        return self.highest_tiered_offset + 1 if self.config.remote_storage_enable else None
 
     def producer_snapshot_for(self, seg: LogSegment) -> str | None:
         """The snapshot taken when ``seg`` was rolled (at the next segment's base), if kept."""
-        segments = self.segments
-        i = next((n for n, s in enumerate(segments) if s is seg), len(segments))
-        if i + 1 >= len(segments):
-            return None
-        return self.snapshots.existing(segments[i + 1].base_offset)
+        return self.producer_upkeep.snapshot_for(seg)
 
     def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), for a read_committed
@@ -473,88 +340,17 @@ class Log:
 
     def _delete_segments_below_start(self) -> None:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self._remove_first_segment()
+            self.remove_first_segment()
 
-    def _remove_first_segment(self) -> None:
+    def remove_first_segment(self) -> None:
+        """Delete the first local segment, then prune the producer snapshots."""
         self.local.remove_first_segment()
-        self._prune_snapshots()
+        self.producer_upkeep.prune(self._snapshot_copy_floor())
 
     def apply_retention(self, high_watermark: int) -> int:
-        """Delete local segments beyond retention; returns how many went.
-
-        Which retention applies (Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``):
-
-        - tiering on and copying on: local.retention.*, and only segments
-          already in the remote tier may go (total retention of remote data
-          is the remote expiration task's job);
-        - otherwise (untiered, or remote.log.copy.disable=true): the total
-          retention.ms / retention.bytes, on segments wholly below the high
-          watermark, tiered or not; an expired active segment is rolled
-          first, as Kafka does. With copying off nothing new reaches the
-          tier, so without this the local log would grow until the disk is
-          full (KIP-950, KAFKA-17236).
-
-        Deleting a segment the remote tier does not hold moves the log start
-        to the new local start: the data below it is no longer contiguous
-        with the log (and, being older, is beyond the same total retention;
-        the expirer deletes it as below the log start). Deleting a tiered
-        segment moves only the local start.
-        """
-        if "delete" not in self.config.cleanup_policy:
-            return 0
-        now = self._clock()
-        cfg = self.config
-        local_only = cfg.remote_storage_enable and not cfg.remote_copy_disable
-        count = 0
-        start_moved = False
-        while True:
-            expired = (self._locally_expired(now) if local_only
-                       else self._first_segment_expired(now, high_watermark))
-            if not expired:
-                break
-            if len(self.segments) == 1:
-                self.roll()
-            seg = self.segments[0]
-            tiered = cfg.remote_storage_enable and seg.last_offset <= self.highest_tiered_offset
-            log.info("deleting local segment by retention", topic=self.topic,
-                     partition=self.partition, base_offset=seg.base_offset,
-                     last_offset=seg.last_offset, size=seg.size, tiered=tiered,
-                     local_retention=local_only)
-            self._remove_first_segment()
-            if not tiered and self.local.base_offset > self.log_start_offset:
-                self.log_start_offset = self.local.base_offset
-                start_moved = True
-            count += 1
-        if start_moved:
-            self.epochs.truncate_from_start(self.log_start_offset)
-        return count
-
-    def _first_segment_expired(self, now: int, high_watermark: int) -> bool:
-        seg = self.segments[0]
-        if seg.is_empty:
-            # Holds nothing (the cleaner emptied it): it has no timestamp to
-            # expire by, and deleting it loses nothing; the active one stays.
-            return len(self.segments) > 1
-        if seg.last_offset >= high_watermark:
-            return False
-        cfg = self.config
-        if cfg.retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > cfg.retention_ms:
-            return True
-        return cfg.retention_bytes >= 0 and self.size - seg.size >= cfg.retention_bytes
-
-    def _locally_expired(self, now: int) -> bool:
-        if len(self.segments) < 2:
-            return False
-        seg = self.segments[0]
-        if seg.last_offset > self.highest_tiered_offset:
-            return False
-        if seg.last_offset < self.log_start_offset:
-            return True
-        cfg = self.config
-        if (cfg.local_retention_ms >= 0 and seg.max_timestamp >= 0
-                and now - seg.max_timestamp > cfg.local_retention_ms):
-            return True
-        return cfg.local_retention_bytes >= 0 and self.size - seg.size >= cfg.local_retention_bytes
+        """Delete local segments beyond retention (``storage.log.retention``);
+        returns how many went."""
+        return retention.apply_retention(self, self._clock, high_watermark)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the global log start forward (remote expiration); never back."""
@@ -596,7 +392,7 @@ class Log:
             return
         self.local.truncate_to(offset)
         self.epochs.truncate_from_end(offset)
-        self._rebuild_producer_state()
+        self.producer_upkeep.rebuild()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (a follower behind the leader's start)."""
@@ -614,23 +410,18 @@ class Log:
         self.log_start_offset = min(log_start, next_offset)
         self.epochs.replace([(e, o) for e, o in epochs if o < next_offset])
         self.epochs.truncate_from_start(self.log_start_offset)
-        self.snapshots.delete_where(lambda _: True)
-        self.snapshots.write(next_offset, producers)
-        self.producers.load_snapshot(producers)
+        self.producer_upkeep.reset(next_offset, producers)
         self.highest_tiered_offset = next_offset - 1
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self.local.truncate_fully_and_start_at(offset)
         self.epochs.clear()
-        self.producers.truncate()
+        self.producer_upkeep.state.truncate()
 
     def close(self) -> None:
-        """Close the files; like Kafka, snapshot the producer state at the log end first
-        (unless the log is empty or that snapshot exists)."""
-        end = self.end_offset
-        if (end > self.local.base_offset and os.path.isdir(self.directory)
-                and self.snapshots.existing(end) is None):
-            self.snapshots.write(end, self.producers.snapshot_entries())
+        """Close the files, snapshotting the producer state at the log end first
+        (``ProducerUpkeep.close``)."""
+        self.producer_upkeep.close()
         self.local.close()
 
     def delete_files(self) -> None:

@@ -451,7 +451,7 @@ def test_truncate_below_the_local_log_start_of_a_tiered_log(env):
     fill(lg, 20)
     local_start = lg.segments[-2].base_offset
     while lg.segments[0].base_offset < local_start:  # tiered, freed by local retention
-        lg._remove_first_segment()
+        lg.remove_first_segment()
     assert lg.local_log_start_offset == local_start > 12
 
     lg.truncate_to(12)

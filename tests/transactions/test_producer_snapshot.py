@@ -8,7 +8,7 @@ import struct
 import crc32c
 import pytest
 
-from storage.log import log as log_module
+from storage.log import producer_upkeep
 from storage.log.producer_snapshot import (
     CorruptSnapshot,
     SnapshotEntry,
@@ -121,13 +121,13 @@ def test_reopen_replays_only_after_the_latest_snapshot(env, monkeypatch):
     latest = lg.snapshots.offsets()[-1]
     assert latest > 0
     starts = []
-    original = log_module.Log._replay_producers
+    original = producer_upkeep.ProducerUpkeep._replay
 
     def spy(self, start):
         starts.append(start)
         return original(self, start)
 
-    monkeypatch.setattr(log_module.Log, "_replay_producers", spy)
+    monkeypatch.setattr(producer_upkeep.ProducerUpkeep, "_replay", spy)
     lg.close()
     assert lg.end_offset != latest
     os.unlink(lg.snapshots.path(lg.end_offset))  # drop the close-time one: use the roll's
@@ -144,7 +144,7 @@ def test_close_snapshots_the_log_end_and_reopen_replays_nothing(env, monkeypatch
     lg.close()
     assert env.files(".snapshot") == ["00000000000000000003.snapshot"]
     starts = []
-    monkeypatch.setattr(log_module.Log, "_replay_producers", lambda self, s: starts.append(s))
+    monkeypatch.setattr(producer_upkeep.ProducerUpkeep, "_replay", lambda self, s: starts.append(s))
     env.open(clean_shutdown=True)
     assert starts == [3]
 
@@ -177,7 +177,7 @@ def test_only_a_few_snapshots_are_kept_and_none_below_the_first_segment(env):
     lg = env.open(config={"segment_bytes": 300, "retention_bytes": 600})
     for _ in range(20):
         plain(lg, b"x" * 100)
-    assert len(lg.snapshots.offsets()) == log_module._SNAPSHOTS_KEPT
+    assert len(lg.snapshots.offsets()) == producer_upkeep._SNAPSHOTS_KEPT
     lg.apply_retention(lg.end_offset)
     first = lg.segments[0].base_offset
     assert all(o >= first for o in lg.snapshots.offsets())
@@ -198,13 +198,13 @@ def test_unclean_reopen_ignores_snapshots_above_a_recovered_segment(env, monkeyp
         _idem(lg, seq)
     bases = [s.base_offset for s in lg.segments]
     starts = []
-    original = log_module.Log._replay_producers
+    original = producer_upkeep.ProducerUpkeep._replay
 
     def spy(self, start):
         starts.append(start)
         return original(self, start)
 
-    monkeypatch.setattr(log_module.Log, "_replay_producers", spy)
+    monkeypatch.setattr(producer_upkeep.ProducerUpkeep, "_replay", spy)
     lg.close()
     # Recovery point in the middle: segments from bases[2] on are re-validated.
     lg = env.open(recovery_point=bases[2] + 1)
