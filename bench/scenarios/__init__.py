@@ -9,6 +9,7 @@ from bench.scenarios import (
     compaction,
     e2e_latency,
     groups,
+    isolation,
     rebuild,
     scale,
     spark,
@@ -18,5 +19,5 @@ from bench.scenarios import (
     zero_copy,
 )
 
-__all__ = ["throughput", "e2e_latency", "groups", "tiered", "cluster", "rebuild", "scale", "spark",
-           "zero_copy", "compaction", "tls"]
+__all__ = ["throughput", "e2e_latency", "groups", "isolation", "tiered", "cluster", "rebuild",
+           "scale", "spark", "zero_copy", "compaction", "tls"]

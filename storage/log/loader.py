@@ -62,9 +62,7 @@ def load(local: LocalLog, epochs: LeaderEpochCache, producers: ProducerUpkeep, *
         log.warning("log start offset beyond recovered end; starting the log there",
                     topic=local.topic, partition=local.partition,
                     log_start_offset=log_start_offset, recovered_end=local.end_offset)
-        local.truncate_fully_and_start_at(log_start_offset)
-        epochs.clear()
-        producers.state.truncate()
+        start_afresh(local, epochs, producers, log_start_offset)
         first_local = log_start_offset
     if local.config.remote_storage_enable:
         start = min(max(log_start_offset, 0), first_local)
@@ -75,6 +73,14 @@ def load(local: LocalLog, epochs: LeaderEpochCache, producers: ProducerUpkeep, *
     epochs.truncate_from_start(start)
     producers.rebuild(recovered[0].base_offset if recovered else None)
     return start
+
+
+def start_afresh(local: LocalLog, epochs: LeaderEpochCache, producers: ProducerUpkeep,
+                 offset: int) -> None:
+    """Empty the log and restart it at ``offset``, with no epochs or producers."""
+    local.truncate_fully_and_start_at(offset)
+    epochs.clear()
+    producers.state.truncate()
 
 
 def _rebuild_epochs_from(epochs: LeaderEpochCache, seg: LogSegment) -> None:

@@ -414,9 +414,7 @@ class Log:
         self.highest_tiered_offset = next_offset - 1
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
-        self.local.truncate_fully_and_start_at(offset)
-        self.epochs.clear()
-        self.producer_upkeep.state.truncate()
+        loader.start_afresh(self.local, self.epochs, self.producer_upkeep, offset)
 
     def close(self) -> None:
         """Close the files, snapshotting the producer state at the log end first
