@@ -57,6 +57,7 @@ from replication.elections import LEADER_DURING_DELETE, LeaderAndIsr
 from replication.metrics import ControllerStats
 from replication.reassignment import Reassigner, Reassignment
 from replication.zk_configs import ZkConfigs
+from replication.zk_membership import ZkMembership
 from replication.zk_partition_states import ZkPartitionStates
 from replication.zookeeper import ZkClient
 from storage.pace import Pacer
@@ -69,6 +70,7 @@ class Controller:
         self.config = config
         self.zk = zk
         self.configs = ZkConfigs(zk)
+        self.membership = ZkMembership(zk, config.listeners.inter_broker)
         self.partition_states = ZkPartitionStates(zk)
         self.channel = channel
         self.node_id: int = config["node.id"]
@@ -90,19 +92,19 @@ class Controller:
         """Compete for the controller role forever."""
         task_status.started()
         while True:
-            if await self.zk.try_become_controller(self.node_id):
+            if await self.membership.try_become_controller(self.node_id):
                 try:
                     await self._act()
                 except Exception:
                     log.exception("controller failed; resigning")
                 finally:
                     await self._resign()
-            await self.zk.wait_controller_gone()
+            await self.membership.wait_controller_gone()
 
     async def _act(self) -> None:
         async with trio.open_nursery() as nursery:
             async with self.lock:
-                self.ctx = ControllerContext(epoch=await self.zk.increment_controller_epoch())
+                self.ctx = ControllerContext(epoch=await self.membership.increment_controller_epoch())
                 self.reassigner = Reassigner(self)
                 self.active = True
                 log.info("became controller", node_id=self.node_id, epoch=self.ctx.epoch)
@@ -111,7 +113,7 @@ class Controller:
             nursery.start_soon(self._watch_topics)
             nursery.start_soon(self._watch_deletions)
             nursery.start_soon(self._rebalance_loop)
-            await self.zk.wait_controller_lost(self.node_id)
+            await self.membership.wait_controller_lost(self.node_id)
             nursery.cancel_scope.cancel()
 
     async def _resign(self) -> None:
@@ -123,7 +125,7 @@ class Controller:
     # -- loading ---------------------------------------------------------------
 
     async def _load(self) -> None:
-        brokers = await self.zk.get_brokers()
+        brokers = await self.membership.get_brokers()
         self.ctx.brokers = {b.node_id: b.endpoint for b in brokers}
         self.ctx.broker_epochs = {b.node_id: b.epoch for b in brokers}
         self.channel.set_brokers(self.ctx.brokers)
@@ -220,7 +222,7 @@ class Controller:
     # -- brokers ---------------------------------------------------------------
 
     async def _watch_brokers(self) -> None:
-        async for brokers in self.zk.watch_brokers():
+        async for brokers in self.membership.watch_brokers():
             async with self.lock:
                 await self.elector.on_brokers(brokers)
 

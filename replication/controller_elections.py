@@ -32,8 +32,8 @@ from replication.controller_channel import ControllerChannel
 from replication.controller_context import ControllerContext
 from replication.elections import NO_LEADER, LeaderAndIsr
 from replication.metrics import ControllerStats
+from replication.zk_membership import RegisteredBroker
 from replication.zk_partition_states import ZkPartitionStates
-from replication.zookeeper import RegisteredBroker
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,7 @@ from replication.metrics import (
     ReplicationCollector,
 )
 from replication.replica_manager import ReplicaManager
-from replication.zookeeper import RegisteredBroker
+from replication.zk_membership import RegisteredBroker
 from storage.log.manager import LogManager
 from tests.helpers import batch
 
