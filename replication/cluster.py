@@ -48,6 +48,7 @@ from replication.peer import Connector, Peer, PeerError
 from replication.replica_manager import ReplicaManager
 from replication.zk_admin import ZkTopicAdmin
 from replication.zk_configs import ZkConfigs
+from replication.zk_membership import ZkMembership
 from replication.zookeeper import ZkClient
 from storage.log.manager import LogManager, now_ms
 from storage.pace import Pacer
@@ -91,6 +92,11 @@ class ClusterNode:
     def node_id(self) -> int:
         return self.config["node.id"]
 
+    @property
+    def membership(self) -> ZkMembership:
+        """This broker's registration in ZooKeeper (``zk_membership``)."""
+        return ZkMembership(self.zk, self.config.listeners.inter_broker)
+
     # -- start ---------------------------------------------------------------------
 
 
@@ -121,7 +127,7 @@ class ClusterNode:
             await nursery.start(self.isr.run)
             nursery.start_soon(self._watch_config_changes)
             self.metadata.set_brokers([endpoint])
-            self.broker_epoch = await self.zk.register_broker(endpoint)
+            self.broker_epoch = await self.membership.register_broker(endpoint)
             log.info("registered in ZooKeeper", node_id=self.node_id,
                      broker_epoch=self.broker_epoch)
             nursery.start_soon(self._reregister_on_new_session)
@@ -134,7 +140,7 @@ class ClusterNode:
             endpoint = self.metadata.broker(self.node_id)
             if endpoint is None:
                 continue
-            self.broker_epoch = await self.zk.register_broker(endpoint)
+            self.broker_epoch = await self.membership.register_broker(endpoint)
             log.info("re-registered after a new ZooKeeper session", node_id=self.node_id,
                      broker_epoch=self.broker_epoch)
 
@@ -324,7 +330,6 @@ async def open_cluster_node(config: BrokerConfig, connector: Connector | None = 
     zk = await ZkClient.connect(config["zookeeper.connect"],
                                 config["zookeeper.session.timeout.ms"],
                                 config["zookeeper.connection.timeout.ms"])
-    zk.inter_broker_listener = config.listeners.inter_broker
     cluster_id = await zk.get_or_create_cluster_id(meta_cluster_id(config.log_dir)
                                                    or uuid.uuid4().hex[:22])
     store = LocalMetadataStore(config.log_dir, config["node.id"], cluster_id)

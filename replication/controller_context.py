@@ -32,6 +32,10 @@ class ControllerContext:
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp[0] == topic)
 
+    def replica_partitions(self, broker: int) -> list[TopicPartition]:
+        """The partitions ``broker`` is assigned a replica of."""
+        return [tp for tp, replicas in self.assignments.items() if broker in replicas]
+
     def offline_partition_count(self) -> int:
         """Partitions with no live leader, not counting topics being deleted
         (Kafka's OfflinePartitionsCount; a shutting-down leader counts as gone)."""

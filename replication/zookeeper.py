@@ -15,6 +15,12 @@ Kafka's own tools can read a tierd cluster's state:
     /admin/delete_topics/<t>
     /latest_producer_id_block                 {"version":1,"broker","block_start","block_end"}
 
+``ZkClient`` owns the session, its worker threads and the watches, and the
+topic znodes and producer id block; other concerns keep their znodes in a
+module of their own that calls through it: ``zk_membership`` (broker
+registrations, /controller and its epoch), ``zk_partition_states``,
+``zk_configs`` and ``zk_acls``.
+
 Concurrency: every kazoo call runs in a worker thread (``trio.to_thread``,
 one CapacityLimiter), never on the event loop. Watches fire on kazoo's
 threads; they only hand a wake-up to trio (``TrioToken.run_sync_soon``) and
@@ -32,7 +38,6 @@ the operator.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -46,7 +51,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from replication.metadata_cache import BrokerEndpoint, ListenerEndpoint
 from storage.log.checkpoint import topic_id_from_str, topic_id_to_str
 
 log = structlog.get_logger(__name__)
@@ -66,13 +70,6 @@ class ZkConfigError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class RegisteredBroker:
-    node_id: int
-    endpoint: BrokerEndpoint
-    epoch: int  # the registration znode's czxid: changes with every (re)start
-
-
-@dataclass(frozen=True, slots=True)
 class TopicAssignment:
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
@@ -80,36 +77,6 @@ class TopicAssignment:
 
 def json_bytes(data: dict[str, Any] | str) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
-
-
-def _url(e: ListenerEndpoint) -> str:
-    host = f"[{e.host}]" if ":" in e.host else e.host
-    return f"{e.name}://{host}:{e.port}"
-
-
-def _parse_broker(node: int, info: dict[str, Any], inter_broker: str) -> BrokerEndpoint | None:
-    """A /brokers/ids/<id> node as a BrokerEndpoint reached on ``inter_broker``
-    (a node without that listener, or unreadable: None, logged)."""
-    protocols = info.get("listener_security_protocol_map") or {}
-    ends = []
-    try:
-        for url in info.get("endpoints") or []:
-            name, _, rest = url.partition("://")
-            host, _, port = rest.rpartition(":")
-            ends.append(ListenerEndpoint(name, protocols.get(name, name), host.strip("[]"),
-                                         int(port)))
-        if not ends and info.get("host"):  # an old registration without endpoints
-            ends.append(ListenerEndpoint("PLAINTEXT", "PLAINTEXT", info["host"],
-                                         int(info["port"])))
-    except (ValueError, TypeError, AttributeError):
-        log.warning("unreadable broker registration", node_id=node, data=info)
-        return None
-    inter = next((e for e in ends if e.name == inter_broker), None)
-    if inter is None:
-        log.warning("broker registered without the inter-broker listener", node_id=node,
-                    listener=inter_broker, endpoints=[_url(e) for e in ends])
-        return None
-    return BrokerEndpoint(node, inter.host, inter.port, info.get("rack"), tuple(ends))
 
 
 def user_node(user: str) -> str:
@@ -158,8 +125,6 @@ def create_async(client: KazooClient, path: str, data: bytes,
 class ZkClient:
     def __init__(self, client: KazooClient, servers: str, session_timeout_ms: int) -> None:
         self.client = client
-        # The listener other brokers are reached on (inter.broker.listener.name).
-        self.inter_broker_listener = "PLAINTEXT"
         self.servers = servers
         self.session_timeout_s = session_timeout_ms / 1000
         self._limiter = trio.CapacityLimiter(ZK_THREADS)
@@ -251,6 +216,10 @@ class ZkClient:
             if event in self._sessions:
                 self._sessions.remove(event)
 
+    async def session_lost(self) -> None:
+        """Until the current session is lost (expired, or the client closed)."""
+        await self._lost.wait()
+
     async def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kw), limiter=self._limiter)
 
@@ -295,11 +264,6 @@ class ZkClient:
         async for _ in self._watch(lambda cb: self.client.ChildrenWatch(path, cb),
                                    trio.lowlevel.checkpoint):
             yield None
-
-    async def watch_brokers(self) -> AsyncIterator[list[RegisteredBroker]]:
-        async for brokers in self._watch(
-                lambda cb: self.client.ChildrenWatch("/brokers/ids", cb), self.get_brokers):
-            yield brokers
 
     async def watch_topics(self) -> AsyncIterator[list[str]]:
         """Yields the topic list whenever a topic is added, removed or re-assigned."""
@@ -355,7 +319,7 @@ class ZkClient:
             if topics:
                 yield topics
 
-    # -- cluster id and brokers --------------------------------------------------------
+    # -- cluster id --------------------------------------------------------
 
     async def get_or_create_cluster_id(self, proposed: str) -> str:
         def run() -> str:
@@ -366,152 +330,6 @@ class ZkClient:
                 data, _ = self.client.get("/cluster/id")
                 return str(json.loads(data)["id"])
         return str(await self._call(run))
-
-    async def register_broker(self, endpoint: BrokerEndpoint,
-                              wait_s: float | None = None) -> int:
-        """Create /brokers/ids/<id> with every advertised listener (Kafka's v5
-        layout: ``endpoints`` as NAME://host:port, their protocols in
-        ``listener_security_protocol_map``, ``host``/``port`` those of a
-        listener named PLAINTEXT or null/-1); returns the broker epoch (the
-        znode's czxid).
-
-        A node left by this broker's previous, crashed incarnation (same
-        endpoint: this process now holds that listener, so the old one is gone)
-        is deleted at once rather than waited out: until it goes, the
-        controller would count the old incarnation as alive and in sync, and
-        could elect this restarted broker (whose disk may have been wiped)
-        leader of partitions it no longer has. Any other holder of the id is
-        waited for until the deadline (its session may be ending).
-
-        Raises:
-            ZkConfigError: another live broker holds the id.
-        """
-        node_id = endpoint.node_id
-        path = f"/brokers/ids/{node_id}"
-        plain = next((e for e in endpoint.listeners if e.name == "PLAINTEXT"), None)
-        data = json_bytes({"listener_security_protocol_map": {e.name: e.security_protocol
-                                                          for e in endpoint.listeners},
-                      "endpoints": [_url(e) for e in endpoint.listeners], "jmx_port": -1,
-                      "features": {}, "host": plain.host if plain else None,
-                      "timestamp": str(int(time.time() * 1000)),
-                      "port": plain.port if plain else -1, "version": 5,
-                      **({"rack": endpoint.rack} if endpoint.rack else {})})
-        wait = wait_s if wait_s is not None else self.session_timeout_s * 2 + 2
-        deadline = trio.current_time() + wait
-        while True:
-            try:
-                await self._call(self.client.create, path, data, ephemeral=True)
-                break
-            except NodeExistsError:
-                stat = await self._call(self.client.exists, path)
-                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
-                    break
-                if stat is not None and await self._stale_self(path, endpoint):
-                    try:
-                        await self._call(self.client.delete, path, stat.version)
-                        log.info("removed the registration of this broker's previous "
-                                 "incarnation", node_id=node_id)
-                    except (NoNodeError, BadVersionError):
-                        pass  # gone or re-registered meanwhile: try again
-                    continue
-                if trio.current_time() >= deadline:
-                    raise ZkConfigError(f"broker id {node_id} is already registered in "
-                                        f"ZooKeeper by a live broker; use another "
-                                        f"broker.id") from None
-                await trio.sleep(0.2)
-        stat = await self._call(self.client.exists, path)
-        return int(stat.czxid) if stat is not None else -1
-
-    async def _stale_self(self, path: str, endpoint: BrokerEndpoint) -> bool:
-        """Whether the broker node at ``path`` names our own inter-broker endpoint."""
-        try:
-            data, _ = await self._call(self.client.get, path)
-        except NoNodeError:
-            return False
-        try:
-            ours = {_url(e) for e in endpoint.listeners if e.port == endpoint.port
-                    and e.host == endpoint.host}
-            return bool(ours & set(json.loads(data).get("endpoints", [])))
-        except (ValueError, AttributeError):
-            return False
-
-    async def get_brokers(self) -> list[RegisteredBroker]:
-        def run() -> list[RegisteredBroker]:
-            out = []
-            for child in self.client.get_children("/brokers/ids"):
-                try:
-                    data, stat = self.client.get(f"/brokers/ids/{child}")
-                except NoNodeError:
-                    continue
-                node = int(child)
-                endpoint = _parse_broker(node, json.loads(data), self.inter_broker_listener)
-                if endpoint is not None:
-                    out.append(RegisteredBroker(node, endpoint, int(stat.czxid)))
-            return sorted(out, key=lambda b: b.node_id)
-        return list(await self._call(run))
-
-    # -- controller --------------------------------------------------------------------
-
-    async def try_become_controller(self, node_id: int) -> bool:
-        data = json_bytes({"version": 1, "brokerid": node_id,
-                      "timestamp": str(int(time.time() * 1000))})
-        try:
-            await self._call(self.client.create, "/controller", data, ephemeral=True)
-            return True
-        except NodeExistsError:
-            return False
-
-    async def get_controller(self) -> int | None:
-        try:
-            data, _ = await self._call(self.client.get, "/controller")
-        except NoNodeError:
-            return None
-        return int(json.loads(data)["brokerid"])
-
-    async def wait_controller_gone(self) -> None:
-        gone = trio.Event()
-
-        def watch(data: Any, stat: Any) -> bool | None:
-            if stat is None:
-                try:
-                    self._token.run_sync_soon(gone.set)
-                except trio.RunFinishedError:
-                    pass
-                return False  # stop watching
-            return None
-
-        await self._call(self.client.DataWatch, "/controller", watch)
-        await gone.wait()
-
-    async def wait_controller_lost(self, node_id: int) -> None:
-        """Until this broker's session is lost or /controller names someone else."""
-        async with trio.open_nursery() as nursery:
-            async def gone() -> None:
-                await self.wait_controller_gone()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(gone)
-            await self._lost.wait()
-            nursery.cancel_scope.cancel()
-
-    async def increment_controller_epoch(self) -> int:
-        def run() -> int:
-            while True:
-                try:
-                    data, stat = self.client.get("/controller_epoch")
-                except NoNodeError:
-                    try:
-                        self.client.create("/controller_epoch", b"1")
-                        return 1
-                    except NodeExistsError:
-                        continue
-                epoch = int(data) + 1
-                try:
-                    self.client.set("/controller_epoch", str(epoch).encode(), version=stat.version)
-                    return epoch
-                except BadVersionError:
-                    continue
-        return int(await self._call(run))
 
     # -- topics --------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import pytest
 from config import BrokerConfig
 from config.defs import ConfigError
 from replication.metadata_cache import BrokerEndpoint, MetadataCache
-from replication.zookeeper import _parse_broker
+from replication.zk_membership import _parse_broker
 
 
 def load(**keys: str) -> BrokerConfig:

@@ -28,7 +28,7 @@ from replication.metrics import (
     ReplicationCollector,
 )
 from replication.replica_manager import ReplicaManager
-from replication.zookeeper import RegisteredBroker
+from replication.zk_membership import RegisteredBroker
 from storage.log.manager import LogManager
 from tests.helpers import batch
 
@@ -257,12 +257,12 @@ async def test_broker_changes_are_timed_and_unclean_elections_counted(autojump_c
     ctx.states = {("clean", 0): LeaderAndIsr(2, 0, (2, 3), 0),
                   ("unclean", 0): LeaderAndIsr(2, 0, (2,), 0)}
     stats = controller.stats
-    await controller._on_brokers([broker(1), broker(3)])  # broker 2 lost
+    await controller.elector.on_brokers([broker(1), broker(3)])  # broker 2 lost
     assert ctx.states[("clean", 0)].leader == 3
     assert ctx.states[("unclean", 0)].leader == 3
     assert total(stats.unclean_elections) == 1
-    await controller._on_brokers([broker(1), broker(3)])  # no change: no event
-    await controller._on_brokers([broker(1), broker(2, epoch=2), broker(3)])  # 2 returns
+    await controller.elector.on_brokers([broker(1), broker(3)])  # no change: no event
+    await controller.elector.on_brokers([broker(1), broker(2, epoch=2), broker(3)])  # 2 returns
     samples = {s.name: s.value for f in stats.leader_election_ms.collect() for s in f.samples}
     assert samples["tierd_LeaderElectionRateAndTimeMs_count"] == 2
     assert total(stats.unclean_elections) == 1
