@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaConnectionError
+from kafka.protocol.metadata import MetadataResponse
 
 from protocol import records
+from system_tests._proc import RawClient, metadata_request
 from system_tests.harness import BrokerProcess, make_broker
 
 T = TypeVar("T")
@@ -26,6 +28,7 @@ WAIT_S = 60.0
 # many times, this far apart.
 ADMIN_ATTEMPTS = 10
 ADMIN_RETRY_S = 0.3
+METADATA_VERSION = 9
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S,
@@ -103,12 +106,36 @@ class Cluster:
         return self._admin_call(node, lambda admin: admin.describe_cluster())
 
     def partitions(self, topic: str, node: int | None = None) -> dict[int, dict[str, Any]]:
-        """partition -> {leader, replicas, isr, offline} as one broker's Metadata says."""
-        [described] = self._admin_call(node, lambda admin: admin.describe_topics([topic]))
-        return {p["partition_index"]: {"leader": p["leader_id"], "replicas": p["replica_nodes"],
-                                       "isr": sorted(p["isr_nodes"]),
-                                       "offline": sorted(p["offline_replicas"])}
-                for p in described["partitions"]}
+        """partition -> {leader, replicas, isr, offline} as one broker's Metadata
+        says: ``node``'s (asked directly, on a connection of its own: an admin
+        client would pick any broker it knows, perhaps one a test has stopped),
+        else any live broker's."""
+        if node is None:
+            [described] = self._admin_call(node, lambda admin: admin.describe_topics([topic]))
+            parts = [(p["partition_index"], p["leader_id"], p["replica_nodes"], p["isr_nodes"],
+                      p["offline_replicas"]) for p in described["partitions"]]
+        else:
+            parts = self._metadata_of(node, topic)
+        return {index: {"leader": leader, "replicas": replicas, "isr": sorted(isr),
+                        "offline": sorted(offline)}
+                for index, leader, replicas, isr, offline in parts}
+
+    def _metadata_of(self, node: int, topic: str) -> list[tuple[int, int, list[int], list[int],
+                                                                  list[int]]]:
+        broker = self.brokers[node]
+        for attempt in range(ADMIN_ATTEMPTS):
+            try:
+                with RawClient(broker.host, broker.port) as client:
+                    response = client.request(metadata_request([topic]), METADATA_VERSION,
+                                              MetadataResponse[METADATA_VERSION])
+                break
+            except OSError:  # it is (re)starting: try again shortly
+                if attempt == ADMIN_ATTEMPTS - 1:
+                    raise
+                time.sleep(ADMIN_RETRY_S)
+        return [(p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes),
+                 list(p.offline_replicas))
+                for t in response.topics if t.name == topic for p in t.partitions]
 
     def create_topic(self, topic: str, partitions: int, rf: int = 3,
                      configs: Mapping[str, str] | None = None) -> None:
