@@ -190,7 +190,7 @@ class ClusterNode:
             if same_epoch and part is not None and part.is_leader(self.node_id):
                 part.partition_epoch = state.partition_epoch
                 part.replicas = list(state.replicas)  # a reassignment may change them
-                self.replicas.update_isr(tp, state.isr)
+                self.replicas.followers.update_isr(tp, state.isr)
                 return ErrorCode.NONE
             self.fetchers.unfollow(tp)
             self.replicas.become_leader(tp, topic_id, cfg, state)

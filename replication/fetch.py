@@ -46,6 +46,7 @@ from protocol.errors import ErrorCode, KafkaApiError
 from protocol.fetch_fields import CONSUMER_REPLICA_ID
 from protocol.partition import TopicPartition
 from replication.fetch_session import CachedPartition, FetchSession
+from replication.follower_progress import FollowerProgress
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import RemoteFetchPurgatory
@@ -65,6 +66,7 @@ class ReplicaManager(Protocol):
     remote_reads: RemoteReadPool | None
     remote_lookups: RemoteLookups | None
     remote_fetches: RemoteFetchPurgatory
+    followers: FollowerProgress
 
     @property
     def remote(self) -> RemoteLogManager | None: ...
@@ -84,8 +86,6 @@ class ReplicaManager(Protocol):
     def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool, zero_copy: bool = False,
              leader_epoch_known: bool = True) -> bytes | FileSlice: ...
-
-    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None: ...
 
     def watch_fetches(self, tps: list[TopicPartition], follower: bool
                       ) -> AbstractContextManager[trio.Event]: ...
@@ -256,7 +256,7 @@ def _read_for_follower(replicas: ReplicaManager, replica_id: int, p: FetchPartit
         if epoch != p.last_fetched_epoch or end < p.offset:
             return FetchResult(diverging_epoch=(epoch, end))
     got = lg.read_for_send(p.offset, budget, lg.end_offset, min_one_batch, zero_copy)
-    replicas.update_follower(tp, replica_id, p.offset)
+    replicas.followers.update_follower(tp, replica_id, p.offset)
     return FetchResult(records=got)
 
 

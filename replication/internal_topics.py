@@ -132,7 +132,7 @@ class InternalTopic:
         if end is None:
             return ErrorCode.NONE
         tp = (self.name, partition)
-        return (await self.replicas.wait_replicated({tp: end}, timeout_ms))[tp]
+        return (await self.replicas.followers.wait_replicated({tp: end}, timeout_ms))[tp]
 
     async def flush(self, partition: int) -> None:
         """fsync what was appended to ``partition`` (off the event loop)."""

@@ -13,7 +13,10 @@ What it does, and nothing more:
 
 It does not know what topics exist (the metadata cache does), nor how they
 are created (the topic writer, ``replication.local_admin`` on one broker),
-nor what is in the internal topics (``replication.internal_topics``).
+nor what is in the internal topics (``replication.internal_topics``). What
+a leader's followers have, and the high watermark, ISR and acks=all wait
+that follow from it, it keeps in a ``FollowerProgress`` of its own
+(``followers``, see ``replication.follower_progress``).
 
 Concurrency: runs on the event loop. An append wakes fetches waiting on the
 partition at once: followers on every append, consumers and acks=all
@@ -39,6 +42,7 @@ from protocol.partition import TopicPartition
 from replication import fetch as fetch_path
 from replication import list_offsets
 from replication.fetch_session import FetchSession, FetchSessionCache
+from replication.follower_progress import FollowerProgress
 from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
@@ -79,16 +83,14 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._delayed_fetch_consumers = Purgatory()
         self._delayed_fetch_followers = Purgatory()
-        self._delayed_produce = Purgatory()
         # Fetch sessions (KIP-227): told about the same events as the
         # delayed fetches (``_changed``).
         self.fetch_sessions = FetchSessionCache(
             config["max.incremental.fetch.session.cache.slots"])
-        # trio time of each follower's last fetch (any partition): with fetch
-        # sessions a follower names an idle partition only when it changes,
-        # so the ISR check asks whether it is still fetching at all.
-        self.follower_fetched_at: dict[int, float] = {}
-        self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
+        # What the followers of the partitions led here have: the high
+        # watermark, the ISR as applied, and the acks=all wait follow from it.
+        self.followers = FollowerProgress(self.node_id, config["replica.lag.time.max.ms"] / 1000,
+                                          self._partitions.get, self._on_high_watermark)
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
         # Tiered storage, when it is on (``set_remote``): the RemoteLogManager,
@@ -100,8 +102,6 @@ class ReplicaManager:
         self.remote_fetches = RemoteFetchPurgatory()
         # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
         self.stats = ReplicaStats()
-        # Told about partitions whose ISR may change (set by cluster mode).
-        self.isr_listener: Callable[[TopicPartition], None] | None = None
         # KIP-392: consumers may be sent to a follower in their rack; a
         # broker's rack comes from the cluster's metadata (set by cluster mode).
         self.rack_aware_reads = config["replica.selector.class"] == RACK_AWARE_SELECTOR
@@ -118,8 +118,7 @@ class ReplicaManager:
         # Like Kafka: the new epoch starts at the log end, so OffsetForLeaderEpoch
         # and diverging-epoch answers are right before the first append.
         part.log.epochs.assign(state.leader_epoch, part.log.end_offset)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
+        self.followers.advance_high_watermark(part)
         self.fetch_sessions.notify(tp)
         self._start_tiering(part)
         return part
@@ -138,7 +137,7 @@ class ReplicaManager:
                 self._remote.follow_partition(self._tip(part), part.log)
             else:
                 self._remote.stop_partition(tp)
-        self._delayed_produce.notify(tp)
+        self.followers.wake(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
@@ -213,7 +212,7 @@ class ReplicaManager:
             self._remote.stop_partition(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
-        self._delayed_produce.notify(tp)
+        self.followers.wake(tp)
         self.fetch_sessions.notify(tp)
         if part is not None and delete:
             await self.logs.delete(tp)
@@ -284,7 +283,7 @@ class ReplicaManager:
     async def shutdown(self) -> None:
         self._delayed_fetch_consumers.notify_all()
         self._delayed_fetch_followers.notify_all()
-        self._delayed_produce.notify_all()
+        self.followers.wake_all()
         await self.logs.shutdown()
 
     # -- lookups ----------------------------------------------------------------
@@ -384,12 +383,11 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                 f"{tp[0]}-{tp[1]}: {len(part.isr)} in-sync replicas, "
                                 f"min.insync.replicas is {min_isr}")
-        self._hold_caught_up(part)
+        self.followers.hold_caught_up(part)
         result = part.log.append_as_leader(data, part.leader_epoch, origin)
         self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
+        self.followers.advance_high_watermark(part)
         if result.needs_flush:
             self._schedule_flush(tp, part.log)
         return result
@@ -401,90 +399,19 @@ class ReplicaManager:
 
         Raises:
             KafkaApiError: as ``append_local``, or (acks=all) the error of
-                ``wait_replicated``.
+                ``FollowerProgress.wait_replicated``.
         """
         result = self.append_local(tp, data, origin, acks)
         if acks == ACKS_ALL:
-            errors = await self.wait_replicated({tp: result.last_offset + 1}, timeout_ms)
+            errors = await self.followers.wait_replicated({tp: result.last_offset + 1},
+                                                          timeout_ms)
             if errors[tp]:
                 raise KafkaApiError(errors[tp], f"{tp[0]}-{tp[1]}: {errors[tp].name}")
         return result
 
-    async def wait_replicated(self, required: dict[TopicPartition, int],
-                              timeout_ms: int) -> dict[TopicPartition, ErrorCode]:
-        """The delayed produce: wait until each partition's high watermark reaches
-        its required offset (acks=all), at most ``timeout_ms``.
-
-        Returns:
-            Per partition: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank
-            below min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership moved)
-            or REQUEST_TIMED_OUT.
-        """
-        deadline = trio.current_time() + max(timeout_ms, 0) / 1000
-        status: dict[TopicPartition, ErrorCode | None] = dict.fromkeys(required)
-
-        def done() -> bool:
-            for tp, offset in required.items():
-                if status[tp] is None:
-                    status[tp] = self._replication_status(tp, offset)
-            return all(code is not None for code in status.values())
-
-        await self._delayed_produce.wait_until(required, deadline, done)
-        return {tp: ErrorCode.REQUEST_TIMED_OUT if code is None else code
-                for tp, code in status.items()}
-
-    def _replication_status(self, tp: TopicPartition, offset: int) -> ErrorCode | None:
-        part = self._partitions.get(tp)
-        if part is None or not part.is_leader(self.node_id):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if part.high_watermark < offset:
-            return None
-        if len(part.isr) < part.log.config.min_insync_replicas:
-            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return ErrorCode.NONE
-
-    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None:
-        """As leader: ``replica`` has everything below ``end_offset`` (from its fetch).
-
-        A follower at the log end counts as caught up now (ISR shrink looks at
-        how long ago that was); one outside the ISR that reached the high
-        watermark is reported to ``isr_listener`` for expansion.
-        """
-        part = self._partitions.get(tp)
-        if part is None or not part.is_leader(self.node_id):
-            return
-        part.follower_end_offsets[replica] = end_offset
-        if end_offset >= part.log.end_offset:
-            part.follower_caught_up_at[replica] = trio.current_time()
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
-        if (replica not in part.isr and end_offset >= part.high_watermark
-                and self.isr_listener is not None):
-            self.isr_listener(tp)
-
-    def update_isr(self, tp: TopicPartition, isr: list[int]) -> None:
-        """As leader: the ISR changed (already made durable by the caller).
-
-        A follower that left the ISR loses what it last reported: it joins
-        again only on a fetch of its own reaching the high watermark. Its
-        old end offset must not readmit it, e.g. once it restarts with a wiped
-        disk and has not fetched yet.
-        """
-        part = self._partitions.get(tp)
-        if part is None:
-            return
-        for gone in set(part.isr) - set(isr):
-            part.follower_end_offsets.pop(gone, None)
-            part.follower_caught_up_at.pop(gone, None)
-        part.isr = list(isr)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
-        else:
-            self._delayed_produce.notify(tp)  # a shrink may fail waiting acks=all produces
-
     def _on_high_watermark(self, tp: TopicPartition) -> None:
+        """The high watermark moved (``FollowerProgress`` has woken the produces)."""
         self._delayed_fetch_consumers.notify(tp)
-        self._delayed_produce.notify(tp)
         self.fetch_sessions.notify(tp)
 
     def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
@@ -505,7 +432,7 @@ class ReplicaManager:
     async def fetch(self, params: fetch_path.FetchParams) -> list[fetch_path.FetchResult]:
         """Answer a full fetch (see ``replication.fetch``)."""
         if params.is_follower:
-            self.follower_fetched_at[params.replica_id] = trio.current_time()
+            self.followers.fetched(params.replica_id)
         return await fetch_path.fetch(self, params)
 
     async def fetch_incremental(self, params: fetch_path.FetchParams, session: FetchSession,
@@ -513,7 +440,7 @@ class ReplicaManager:
                                 ) -> list[tuple[fetch_path.FetchPartition, fetch_path.FetchResult]]:
         """Answer an incremental fetch of ``session`` (see ``replication.fetch``)."""
         if params.is_follower:
-            self.follower_fetched_at[params.replica_id] = trio.current_time()
+            self.followers.fetched(params.replica_id)
         return await fetch_path.fetch_incremental(self, params, session, requested)
 
     def watch_fetches(self, tps: list[TopicPartition], follower: bool
@@ -523,30 +450,6 @@ class ReplicaManager:
         a consumer (the high watermark moved), or when the partition moves or goes."""
         purgatory = self._delayed_fetch_followers if follower else self._delayed_fetch_consumers
         return purgatory.watch(tps)
-
-    def _hold_caught_up(self, part: Partition) -> None:
-        """Before the log end moves: followers at the log end now (see
-        ``caught_up_at``) were caught up until this moment, and are judged from
-        it, not from the last fetch that named this partition (which, for an
-        idle partition in a session, may be long ago)."""
-        now = trio.current_time()
-        for replica in part.follower_end_offsets:
-            if self.caught_up_at(part, replica, now) == now:
-                part.follower_caught_up_at[replica] = now
-
-    def caught_up_at(self, part: Partition, replica: int, now: float) -> float | None:
-        """When ``replica`` was last caught up on ``part`` (leader only; None: never).
-
-        A follower whose last fetch offset is the log end is caught up now if it
-        is fetching at all (within replica.lag.time.max.ms): with a fetch
-        session it names an idle partition only when its position changes.
-        """
-        at = part.follower_caught_up_at.get(replica)
-        fetched = self.follower_fetched_at.get(replica)
-        if (fetched is not None and now - fetched <= self._lag_max_s
-                and part.follower_end_offsets.get(replica, -1) >= part.log.end_offset):
-            return now
-        return at
 
     def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool, zero_copy: bool = False,

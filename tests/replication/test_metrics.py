@@ -112,7 +112,7 @@ def test_the_exporter_reads_the_snapshot_not_the_live_state(replicas):
     host(replicas, ("t", 0), 1, [1, 2, 3])
     collector = ReplicationCollector(replicas, None)
     collector.snapshot()
-    replicas.update_isr(("t", 0), [1])  # the event loop moves on...
+    replicas.followers.update_isr(("t", 0), [1])  # the event loop moves on...
     values = scrape(collector)
     assert values["tierd_UnderReplicatedPartitions"] == 0  # ...the scrape sees the snapshot
     assert values["tierd_LeaderCount"] == 1 and values["tierd_PartitionCount"] == 1
@@ -135,7 +135,7 @@ async def test_the_snapshot_task_refreshes_the_gauges(replicas, autojump_clock):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(collector.run, 1.0)
         await trio.sleep(0.5)
-        replicas.update_isr(("t", 0), [1, 2])
+        replicas.followers.update_isr(("t", 0), [1, 2])
         assert collector.latest.replica.under_replicated == 0
         await trio.sleep(1)
         assert collector.latest.replica.under_replicated == 1
@@ -165,15 +165,15 @@ async def test_isr_shrink_and_expand_are_counted_once_committed(replicas, autoju
     stats = replicas.stats
     async with trio.open_nursery() as nursery:
         await nursery.start(isr.run)
-        replicas.update_follower(tp, 2, 0)
-        replicas.update_follower(tp, 3, 0)
+        replicas.followers.update_follower(tp, 2, 0)
+        replicas.followers.update_follower(tp, 3, 0)
         # Replica 3 stops fetching; 2 keeps fetching from the log end.
         for _ in range(6):
             await trio.sleep(0.4)
-            replicas.update_follower(tp, 2, part.log.end_offset)
+            replicas.followers.update_follower(tp, 2, part.log.end_offset)
         assert asked == [[1, 2]] and part.isr == [1, 2]
         assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 0)
-        replicas.update_follower(tp, 3, part.log.end_offset)
+        replicas.followers.update_follower(tp, 3, part.log.end_offset)
         await trio.testing.wait_all_tasks_blocked()
         assert part.isr == [1, 2, 3]
         assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 1)
@@ -301,18 +301,18 @@ async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
     alter = committing_alter(asked)
     isr = IsrManager(replicas.config, replicas, alter)
     await replicas.append(tp, batch([b"a"]), acks=1)
-    replicas.update_follower(tp, 2, 1)
-    replicas.update_follower(tp, 3, 1)
+    replicas.followers.update_follower(tp, 2, 1)
+    replicas.followers.update_follower(tp, 3, 1)
     assert part.high_watermark == 1
     # The controller drops 3 (its broker's session ended): a LeaderAndIsr.
-    replicas.update_isr(tp, [1, 2])
+    replicas.followers.update_isr(tp, [1, 2])
     async with trio.open_nursery() as nursery:
         await nursery.start(isr.run)
         for _ in range(4):
             await trio.sleep(0.4)
-            replicas.update_follower(tp, 2, part.log.end_offset)
+            replicas.followers.update_follower(tp, 2, part.log.end_offset)
         assert asked == [] and part.isr == [1, 2]  # 3 is not readmitted by its old report
-        replicas.update_follower(tp, 3, 1)  # the restarted broker fetched up to the end
+        replicas.followers.update_follower(tp, 3, 1)  # the restarted broker fetched up to the end
         await trio.testing.wait_all_tasks_blocked()
         assert asked == [[1, 2, 3]] and part.isr == [1, 2, 3]
         nursery.cancel_scope.cancel()
