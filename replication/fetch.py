@@ -50,11 +50,9 @@ from replication.follower_progress import FollowerProgress
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import RemoteFetchPurgatory
+from replication.replica_tiering import ReplicaTiering
 from storage.log.file_slice import FileSlice
 from storage.pace import Pacer
-from storage.remote.lookups import RemoteLookups
-from storage.remote.manager import RemoteLogManager
-from storage.remote.read_pool import RemoteReadPool
 
 
 class ReplicaManager(Protocol):
@@ -63,13 +61,9 @@ class ReplicaManager(Protocol):
 
     config: Any
     stats: ReplicaStats
-    remote_reads: RemoteReadPool | None
-    remote_lookups: RemoteLookups | None
     remote_fetches: RemoteFetchPurgatory
     followers: FollowerProgress
-
-    @property
-    def remote(self) -> RemoteLogManager | None: ...
+    tiering: ReplicaTiering
 
     def get(self, tp: TopicPartition) -> Partition | None: ...
 
@@ -226,7 +220,7 @@ async def _read_local(replicas: ReplicaManager, params: FetchParams
             except KafkaApiError as exc:
                 results.append(FetchResult(exc.code))
                 if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
-                        and replicas.remote is not None):
+                        and replicas.tiering.manager is not None):
                     remote.append(i)
                 else:
                     any_error = True
@@ -270,7 +264,7 @@ async def _read_remote(replicas: ReplicaManager, params: FetchParams,
     Returns:
         (bytes read, whether any partition got an error).
     """
-    reads, lookups = replicas.remote_reads, replicas.remote_lookups
+    reads, lookups = replicas.tiering.reads, replicas.tiering.lookups
     assert reads is not None and lookups is not None
     deadline = trio.current_time() + replicas.config["remote.fetch.max.wait.ms"] / 1000
     budget = max(params.max_bytes - total, 0)

@@ -16,7 +16,9 @@ are created (the topic writer, ``replication.local_admin`` on one broker),
 nor what is in the internal topics (``replication.internal_topics``). What
 a leader's followers have, and the high watermark, ISR and acks=all wait
 that follow from it, it keeps in a ``FollowerProgress`` of its own
-(``followers``, see ``replication.follower_progress``).
+(``followers``, see ``replication.follower_progress``); what tiered storage
+is told as partitions come, go and change role or configs, in a
+``ReplicaTiering`` (``tiering``, see ``replication.replica_tiering``).
 
 Concurrency: runs on the event loop. An append wakes fetches waiting on the
 partition at once: followers on every append, consumers and acks=all
@@ -48,14 +50,11 @@ from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import Purgatory, RemoteFetchPurgatory
 from replication.replica_selector import LEADER, preferred_read_replica
+from replication.replica_tiering import ReplicaTiering
 from storage.log.file_slice import FileSlice
 from storage.log.log import AppendResult, Log
 from storage.log.manager import LogManager
 from storage.log.producer_state import AppendOrigin
-from storage.remote.lookups import RemoteLookups
-from storage.remote.manager import RemoteLogManager
-from storage.remote.read_pool import RemoteReadPool
-from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -93,11 +92,8 @@ class ReplicaManager:
                                           self._partitions.get, self._on_high_watermark)
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
-        # Tiered storage, when it is on (``set_remote``): the RemoteLogManager,
-        # the reader pool and the remote lookups.
-        self._remote: RemoteLogManager | None = None
-        self.remote_reads: RemoteReadPool | None = None
-        self.remote_lookups: RemoteLookups | None = None
+        # Tiered storage, when it is on: what the RemoteLogManager tiers.
+        self.tiering = ReplicaTiering(self.node_id)
         # Consumers' remote reads, parked until the reader pool completes them.
         self.remote_fetches = RemoteFetchPurgatory()
         # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
@@ -120,7 +116,7 @@ class ReplicaManager:
         part.log.epochs.assign(state.leader_epoch, part.log.end_offset)
         self.followers.advance_high_watermark(part)
         self.fetch_sessions.notify(tp)
-        self._start_tiering(part)
+        self.tiering.start(part)
         return part
 
     def become_follower(self, tp: TopicPartition, topic_id: object, config: LogConfig,
@@ -132,11 +128,7 @@ class ReplicaManager:
         """
         part = self._take_state(tp, topic_id, config, state, state.leader)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
-        if self._remote is not None:
-            if part.log.config.remote_storage_enable:
-                self._remote.follow_partition(self._tip(part), part.log)
-            else:
-                self._remote.stop_partition(tp)
+        self.tiering.follow(part)
         self.followers.wake(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
@@ -208,8 +200,7 @@ class ReplicaManager:
     async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
         part = self._partitions.pop(tp, None)
-        if self._remote is not None:
-            self._remote.stop_partition(tp)
+        self.tiering.stop(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
         self.followers.wake(tp)
@@ -224,53 +215,7 @@ class ReplicaManager:
             return
         was_tiered = part.log.config.remote_storage_enable
         part.log.config = config
-        if self._remote is None:
-            return
-        if config.remote_storage_enable:
-            self._start_tiering(part)
-            self._remote.wake()
-        elif was_tiered:
-            # KIP-950: turning tiering off requires remote.log.delete.on.disable.
-            self._remote.disable_partition(self._tip(part), part.log)
-
-    def _tip(self, part: Partition) -> TopicIdPartition:
-        return TopicIdPartition(part.topic_id, part.topic, part.index)
-
-    def _start_tiering(self, part: Partition) -> None:
-        """Hand a partition with tiering on to the RemoteLogManager: a leader
-        copies and expires, a follower only follows the tier boundary."""
-        if self._remote is None or not part.log.config.remote_storage_enable:
-            return
-        if part.is_leader(self.node_id):
-            self._remote.start_partition(self._tip(part), part.log,
-                                        lambda: part.last_stable_offset)
-        else:
-            self._remote.follow_partition(self._tip(part), part.log)
-
-    def start_tiering_all(self) -> None:
-        """After the remote metadata is loaded: start every tiered partition, and
-        resume the remote deletion of leaders whose tiering was turned off with
-        remote.log.delete.on.disable (KIP-950; a restart may have cut it short)."""
-        for part in self._partitions.values():
-            self._start_tiering(part)
-            cfg = part.log.config
-            if (self._remote is not None and not cfg.remote_storage_enable
-                    and cfg.remote_delete_on_disable and part.is_leader(self.node_id)):
-                self._remote.resume_disabled_partition(self._tip(part), part.log)
-
-    @property
-    def remote(self) -> RemoteLogManager | None:
-        """The RemoteLogManager, or None while tiered storage is off."""
-        return self._remote
-
-    def set_remote(self, manager: RemoteLogManager, reads: RemoteReadPool,
-                   lookups: RemoteLookups) -> None:
-        """Tiered storage is on: ``manager`` tiers this broker's partitions,
-        ``reads`` and ``lookups`` serve consumers from the tier (set once by
-        the tiering wiring, before ``start_tiering_all``)."""
-        self._remote = manager
-        self.remote_reads = reads
-        self.remote_lookups = lookups
+        self.tiering.config_changed(part, was_tiered)
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -511,7 +456,7 @@ class ReplicaManager:
         """
         part = self.leader_partition(tp)
         self.check_leader_epoch(part, current_leader_epoch)
-        return await list_offsets.lookup(part, self.remote_lookups, timestamp, version,
+        return await list_offsets.lookup(part, self.tiering.lookups, timestamp, version,
                                         committed)
 
     def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
