@@ -7,9 +7,7 @@ What it does, and nothing more:
   configs to its logs;
 - the data path: ``append(tp, data, acks, timeout_ms)`` (acks=all parks in the
   delayed-produce purgatory until the ISR has the record) and
-  ``fetch(params)`` (local and remote reads, the delayed-fetch wait), plus
-  the per-partition reads the other APIs need (ListOffsets lookups,
-  OffsetForLeaderEpoch, DeleteRecords, DescribeLogDirs).
+  ``fetch(params)`` (local and remote reads, the delayed-fetch wait).
 
 It does not know what topics exist (the metadata cache does), nor how they
 are created (the topic writer, ``replication.local_admin`` on one broker),
@@ -18,7 +16,10 @@ a leader's followers have, and the high watermark, ISR and acks=all wait
 that follow from it, it keeps in a ``FollowerProgress`` of its own
 (``followers``, see ``replication.follower_progress``); what tiered storage
 is told as partitions come, go and change role or configs, in a
-``ReplicaTiering`` (``tiering``, see ``replication.replica_tiering``).
+``ReplicaTiering`` (``tiering``, see ``replication.replica_tiering``). The
+per-partition answers the other APIs need (ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, DescribeLogDirs, an internal topic's replay) are functions of
+it in ``replication.partition_queries``.
 
 Concurrency: runs on the event loop. An append wakes fetches waiting on the
 partition at once: followers on every append, consumers and acks=all
@@ -28,9 +29,8 @@ producers when the high watermark advances.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 import structlog
 import trio
@@ -38,11 +38,9 @@ import trio
 from config import BrokerConfig
 from config.broker import RACK_AWARE_SELECTOR
 from config.topic import LogConfig
-from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
 from replication import fetch as fetch_path
-from replication import list_offsets
 from replication.fetch_session import FetchSession, FetchSessionCache
 from replication.follower_progress import FollowerProgress
 from replication.metadata_cache import PartitionState
@@ -58,20 +56,8 @@ from storage.log.producer_state import AppendOrigin
 
 log = structlog.get_logger(__name__)
 
-# How much of a partition one replay read asks for (internal topics on load).
-_REPLAY_READ_BYTES = 1024 * 1024
 ACKS_ALL = -1
 VALID_ACKS = (ACKS_ALL, 0, 1)
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirPartition:
-    """One partition as DescribeLogDirs reports it."""
-
-    topic: str
-    partition: int
-    size: int
-    offset_lag: int
 
 
 class ReplicaManager:
@@ -417,81 +403,6 @@ class ReplicaManager:
         if offset > end and not leader_epoch_known and not part.is_leader(self.node_id):
             return b""
         return part.log.read_for_send(offset, max_bytes, limit, min_one_batch, zero_copy)
-
-    def replay_batches(self, tp: TopicPartition
-                       ) -> Iterator[tuple[records.BatchHeader, bytes]]:
-        """Every batch of a partition from its log start to its log end, for
-        coordinators loading their internal topics as its new leader.
-
-        As Kafka's coordinators do, the load reads past the high watermark: a
-        new leader's log is the partition's truth, and its tail becomes
-        committed as followers catch up (or the partition moves on and the
-        coordinator unloads).
-
-        Yields (header, buffer); the header's ``position`` is within the buffer.
-        Stops (with a warning) if the log cannot be read further.
-        """
-        part = self._partitions.get(tp)
-        if part is None:
-            return
-        lg = part.log
-        offset = lg.log_start_offset
-        while offset < lg.end_offset:
-            result = lg.read(offset, _REPLAY_READ_BYTES, lg.end_offset, True)
-            start = offset
-            for header in records.iter_headers(result.data):
-                offset = header.last_offset + 1
-                yield header, result.data
-            if offset == start:
-                log.warning("replay stopped early", topic=tp[0], partition=tp[1],
-                            offset=offset, log_end=lg.end_offset)
-                return
-
-    async def list_offset(self, tp: TopicPartition, timestamp: int, version: int,
-                          committed: bool, current_leader_epoch: int) -> tuple[int, int, int]:
-        """ListOffsets for one partition: (offset, timestamp, leader epoch).
-
-        Raises:
-            KafkaApiError: unknown partition, fenced epoch, bad timestamp, remote error.
-        """
-        part = self.leader_partition(tp)
-        self.check_leader_epoch(part, current_leader_epoch)
-        return await list_offsets.lookup(part, self.tiering.lookups, timestamp, version,
-                                        committed)
-
-    def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
-                             leader_epoch: int) -> tuple[int, int]:
-        """OffsetForLeaderEpoch: (largest epoch <= ``leader_epoch``, its end offset)."""
-        part = self.partition(tp)
-        self.check_leader_epoch(part, current_leader_epoch)
-        return part.log.epochs.end_offset_for(leader_epoch, part.log.end_offset)
-
-    def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """DeleteRecords: move the log start to ``offset`` (-1: the high watermark).
-
-        Returns:
-            The new low watermark.
-        """
-        part = self.leader_partition(tp)
-        hw = part.high_watermark
-        return part.log.delete_records(hw if offset == -1 else offset, hw)
-
-    def log_dir_partitions(self) -> list[LogDirPartition]:
-        """Every hosted partition with its size and offset lag, for DescribeLogDirs.
-
-        The lag is 0 for a leader. A follower reports how far its log end is
-        behind the leader's high watermark as of the leader's last fetch
-        response. (Kafka reports max(high watermark - log end, 0) with the
-        replica's own high watermark, which a follower caps at its log end, so
-        its current replicas always show 0; only its alter-log-dirs "future"
-        replicas show a lag, which tierd does not have.)
-        """
-        out = []
-        for (t, p), part in sorted(self._partitions.items()):
-            lag = 0 if part.is_leader(self.node_id) else max(
-                part.leader_high_watermark - part.log.end_offset, 0)
-            out.append(LogDirPartition(t, p, part.log.size, lag))
-        return out
 
     async def write_checkpoints(self) -> None:
         await self.logs.write_checkpoints()

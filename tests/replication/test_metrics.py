@@ -1,8 +1,7 @@
 """Replication metrics: the gauges computed from partition and controller state,
 the snapshot the exporter reads (never the live state), and the meters counted
 where Kafka counts them (ISR changes by the leader, follower fetch bytes,
-broker-change handling and unclean elections on the controller), plus the
-follower lag DescribeLogDirs reports."""
+broker-change handling and unclean elections on the controller)."""
 
 from __future__ import annotations
 
@@ -266,29 +265,6 @@ async def test_broker_changes_are_timed_and_unclean_elections_counted(autojump_c
     samples = {s.name: s.value for f in stats.leader_election_ms.collect() for s in f.samples}
     assert samples["tierd_LeaderElectionRateAndTimeMs_count"] == 2
     assert total(stats.unclean_elections) == 1
-
-
-# -- DescribeLogDirs -----------------------------------------------------------------
-
-
-async def test_describe_log_dirs_lag_is_behind_the_leaders_high_watermark(replicas):
-    host(replicas, ("led", 0), 1, [1, 2, 3])
-    await replicas.append(("led", 0), batch([b"a", b"b"]), acks=1)
-    followed = host(replicas, ("followed", 0), 2, [2, 3])
-    replicas.append_as_follower(("followed", 0), _leader_batch(replicas, 3))
-    followed.leader_high_watermark = 10  # from the leader's last fetch response
-    lags = {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}
-    assert (lags["led"], lags["followed"]) == (0, 7)
-    followed.leader_high_watermark = 3
-    assert {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}["followed"] == 0
-
-
-def _leader_batch(replicas: ReplicaManager, count: int) -> bytearray:
-    """``count`` records as a leader wrote them (offsets 0.., epoch 0)."""
-    source = host(replicas, ("source", 0), 1, [1], replicas=(1,), min_isr=1)
-    source.log.append_as_leader(batch([b"r"] * count), 0)
-    data = source.log.read(0, 1 << 20, source.log.end_offset, True).data
-    return bytearray(data)
 
 
 async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
