@@ -71,7 +71,7 @@ class Tiering:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._run_rlmm)
-            self.replicas.start_tiering_all()
+            self.replicas.tiering.start_all(self.replicas.hosted())
             if isinstance(self.admin, LocalTopicAdmin):
                 self.admin.resume_remote_deletes()
             await nursery.start(self.reads.run)
@@ -155,7 +155,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     reads = RemoteReadPool(services, manager)
     gauges = RemoteGaugeCollector(manager.partitions, services)
     registry.register(gauges)
-    replicas.set_remote(manager, reads, RemoteLookups(services, manager))
+    replicas.tiering.turn_on(manager, reads, RemoteLookups(services, manager))
 
     if isinstance(admin, LocalTopicAdmin):
         manager.on_partition_removed = admin.remote_delete_done

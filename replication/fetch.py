@@ -46,14 +46,13 @@ from protocol.errors import ErrorCode, KafkaApiError
 from protocol.fetch_fields import CONSUMER_REPLICA_ID
 from protocol.partition import TopicPartition
 from replication.fetch_session import CachedPartition, FetchSession
+from replication.follower_progress import FollowerProgress
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import RemoteFetchPurgatory
+from replication.replica_tiering import ReplicaTiering
 from storage.log.file_slice import FileSlice
 from storage.pace import Pacer
-from storage.remote.lookups import RemoteLookups
-from storage.remote.manager import RemoteLogManager
-from storage.remote.read_pool import RemoteReadPool
 
 
 class ReplicaManager(Protocol):
@@ -62,12 +61,9 @@ class ReplicaManager(Protocol):
 
     config: Any
     stats: ReplicaStats
-    remote_reads: RemoteReadPool | None
-    remote_lookups: RemoteLookups | None
     remote_fetches: RemoteFetchPurgatory
-
-    @property
-    def remote(self) -> RemoteLogManager | None: ...
+    followers: FollowerProgress
+    tiering: ReplicaTiering
 
     def get(self, tp: TopicPartition) -> Partition | None: ...
 
@@ -84,8 +80,6 @@ class ReplicaManager(Protocol):
     def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool, zero_copy: bool = False,
              leader_epoch_known: bool = True) -> bytes | FileSlice: ...
-
-    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None: ...
 
     def watch_fetches(self, tps: list[TopicPartition], follower: bool
                       ) -> AbstractContextManager[trio.Event]: ...
@@ -226,7 +220,7 @@ async def _read_local(replicas: ReplicaManager, params: FetchParams
             except KafkaApiError as exc:
                 results.append(FetchResult(exc.code))
                 if (exc.code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and consumer
-                        and replicas.remote is not None):
+                        and replicas.tiering.manager is not None):
                     remote.append(i)
                 else:
                     any_error = True
@@ -256,7 +250,7 @@ def _read_for_follower(replicas: ReplicaManager, replica_id: int, p: FetchPartit
         if epoch != p.last_fetched_epoch or end < p.offset:
             return FetchResult(diverging_epoch=(epoch, end))
     got = lg.read_for_send(p.offset, budget, lg.end_offset, min_one_batch, zero_copy)
-    replicas.update_follower(tp, replica_id, p.offset)
+    replicas.followers.update_follower(tp, replica_id, p.offset)
     return FetchResult(records=got)
 
 
@@ -270,7 +264,7 @@ async def _read_remote(replicas: ReplicaManager, params: FetchParams,
     Returns:
         (bytes read, whether any partition got an error).
     """
-    reads, lookups = replicas.remote_reads, replicas.remote_lookups
+    reads, lookups = replicas.tiering.reads, replicas.tiering.lookups
     assert reads is not None and lookups is not None
     deadline = trio.current_time() + replicas.config["remote.fetch.max.wait.ms"] / 1000
     budget = max(params.max_bytes - total, 0)

@@ -34,6 +34,7 @@ import structlog
 from config import BrokerConfig
 from protocol import records
 from protocol.errors import ErrorCode
+from replication import partition_queries
 from replication.metadata_cache import MetadataCache
 from replication.replica_manager import ACKS_ALL, ReplicaManager
 from replication.topic_admin import TopicAdmin
@@ -132,7 +133,7 @@ class InternalTopic:
         if end is None:
             return ErrorCode.NONE
         tp = (self.name, partition)
-        return (await self.replicas.wait_replicated({tp: end}, timeout_ms))[tp]
+        return (await self.replicas.followers.wait_replicated({tp: end}, timeout_ms))[tp]
 
     async def flush(self, partition: int) -> None:
         """fsync what was appended to ``partition`` (off the event loop)."""
@@ -150,7 +151,7 @@ class InternalTopic:
 
     def replay(self, partition: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
         """Every batch from the log start to the high watermark (header, buffer)."""
-        return self.replicas.replay_batches((self.name, partition))
+        return partition_queries.replay_batches(self.replicas, (self.name, partition))
 
     def read_values(self, partition: int, from_offset: int,
                     max_bytes: int) -> list[tuple[int, bytes]]:

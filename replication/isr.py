@@ -57,7 +57,7 @@ class IsrManager:
         self._inflight: set[TopicPartition] = set()
         self._queue: dict[TopicPartition, IsrChange] = {}
         self._queued = trio.Event()
-        replicas.isr_listener = self.maybe_expand
+        replicas.followers.isr_listener = self.maybe_expand
         self.stats = replicas.stats
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -86,7 +86,7 @@ class IsrManager:
             part.follower_caught_up_at.setdefault(r, now)
         # Seconds since each replica was last caught up (an ISR member always
         # has a time, set just above; inf: never).
-        behind = {r: now - at if (at := self.replicas.caught_up_at(part, r, now)) is not None
+        behind = {r: now - at if (at := self.replicas.followers.caught_up_at(part, r, now)) is not None
                   else math.inf for r in {*part.replicas, *part.isr}}
         lagging = {r for r in part.isr if r != self.node_id and behind[r] > self.lag_max_s}
         # Joining takes a follower that is fetching now (caught up within the lag
@@ -155,7 +155,7 @@ class IsrManager:
         if state is not None and state.leader_epoch == change.leader_epoch:
             before = set(part.isr)
             part.partition_epoch = state.version
-            self.replicas.update_isr(change.tp, list(state.isr))
+            self.replicas.followers.update_isr(change.tp, list(state.isr))
             if not error:
                 self._count(before, set(state.isr))
 

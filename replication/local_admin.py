@@ -87,8 +87,8 @@ class LocalTopicAdmin:
         self.metadata.remove_topic(name)
         for i in range(info.partitions):
             await self.replicas.stop_replica((name, i), delete=True)
-            if tiered and self.replicas.remote is not None:
-                self.replicas.remote.delete_partition(TopicIdPartition(info.topic_id, name, i))
+            if tiered and self.replicas.tiering.manager is not None:
+                self.replicas.tiering.manager.delete_partition(TopicIdPartition(info.topic_id, name, i))
         log.info("topic deleted", topic=name)
 
     async def create_partitions(self, name: str, count: int) -> None:
@@ -110,10 +110,10 @@ class LocalTopicAdmin:
 
     def resume_remote_deletes(self) -> None:
         """Restart the remote cleanups of tiered topics deleted before a restart."""
-        if self.replicas.remote is None:
+        if self.replicas.tiering.manager is None:
             return
         for topic_id, topic, index in self.store.pending_remote_deletes:
-            self.replicas.remote.delete_partition(TopicIdPartition(topic_id, topic, index))
+            self.replicas.tiering.manager.delete_partition(TopicIdPartition(topic_id, topic, index))
 
     async def remote_delete_done(self, tip: TopicIdPartition) -> None:
         await self.store.remote_delete_done(tip.topic_id, tip.topic, tip.partition)

@@ -112,7 +112,7 @@ async def prepare(replicas: ReplicaManager, leader: Peer, tp: TopicPartition,
         AuxStateNotReady, KafkaApiError, PeerError, RemoteStorageError,
         MetadataNotReady: not possible now; retry later.
     """
-    remote = replicas.remote
+    remote = replicas.tiering.manager
     if remote is None:
         raise AuxStateNotReady("tiered storage is off on this broker")
     part = replicas.partition(tp)

@@ -7,13 +7,19 @@ What it does, and nothing more:
   configs to its logs;
 - the data path: ``append(tp, data, acks, timeout_ms)`` (acks=all parks in the
   delayed-produce purgatory until the ISR has the record) and
-  ``fetch(params)`` (local and remote reads, the delayed-fetch wait), plus
-  the per-partition reads the other APIs need (ListOffsets lookups,
-  OffsetForLeaderEpoch, DeleteRecords, DescribeLogDirs).
+  ``fetch(params)`` (local and remote reads, the delayed-fetch wait).
 
 It does not know what topics exist (the metadata cache does), nor how they
 are created (the topic writer, ``replication.local_admin`` on one broker),
-nor what is in the internal topics (``replication.internal_topics``).
+nor what is in the internal topics (``replication.internal_topics``). What
+a leader's followers have, and the high watermark, ISR and acks=all wait
+that follow from it, it keeps in a ``FollowerProgress`` of its own
+(``followers``, see ``replication.follower_progress``); what tiered storage
+is told as partitions come, go and change role or configs, in a
+``ReplicaTiering`` (``tiering``, see ``replication.replica_tiering``). The
+per-partition answers the other APIs need (ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, DescribeLogDirs, an internal topic's replay) are functions of
+it in ``replication.partition_queries``.
 
 Concurrency: runs on the event loop. An append wakes fetches waiting on the
 partition at once: followers on every append, consumers and acks=all
@@ -23,9 +29,8 @@ producers when the high watermark advances.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 import structlog
 import trio
@@ -33,42 +38,26 @@ import trio
 from config import BrokerConfig
 from config.broker import RACK_AWARE_SELECTOR
 from config.topic import LogConfig
-from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
 from replication import fetch as fetch_path
-from replication import list_offsets
 from replication.fetch_session import FetchSession, FetchSessionCache
+from replication.follower_progress import FollowerProgress
 from replication.metadata_cache import PartitionState
 from replication.metrics import ReplicaStats
 from replication.partition import Partition
 from replication.purgatory import Purgatory, RemoteFetchPurgatory
 from replication.replica_selector import LEADER, preferred_read_replica
+from replication.replica_tiering import ReplicaTiering
 from storage.log.file_slice import FileSlice
 from storage.log.log import AppendResult, Log
 from storage.log.manager import LogManager
 from storage.log.producer_state import AppendOrigin
-from storage.remote.lookups import RemoteLookups
-from storage.remote.manager import RemoteLogManager
-from storage.remote.read_pool import RemoteReadPool
-from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
-# How much of a partition one replay read asks for (internal topics on load).
-_REPLAY_READ_BYTES = 1024 * 1024
 ACKS_ALL = -1
 VALID_ACKS = (ACKS_ALL, 0, 1)
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirPartition:
-    """One partition as DescribeLogDirs reports it."""
-
-    topic: str
-    partition: int
-    size: int
-    offset_lag: int
 
 
 class ReplicaManager:
@@ -79,29 +68,22 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._delayed_fetch_consumers = Purgatory()
         self._delayed_fetch_followers = Purgatory()
-        self._delayed_produce = Purgatory()
         # Fetch sessions (KIP-227): told about the same events as the
         # delayed fetches (``_changed``).
         self.fetch_sessions = FetchSessionCache(
             config["max.incremental.fetch.session.cache.slots"])
-        # trio time of each follower's last fetch (any partition): with fetch
-        # sessions a follower names an idle partition only when it changes,
-        # so the ISR check asks whether it is still fetching at all.
-        self.follower_fetched_at: dict[int, float] = {}
-        self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
+        # What the followers of the partitions led here have: the high
+        # watermark, the ISR as applied, and the acks=all wait follow from it.
+        self.followers = FollowerProgress(self.node_id, config["replica.lag.time.max.ms"] / 1000,
+                                          self._partitions.get, self._on_high_watermark)
         self._flushing: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
-        # Tiered storage, when it is on (``set_remote``): the RemoteLogManager,
-        # the reader pool and the remote lookups.
-        self._remote: RemoteLogManager | None = None
-        self.remote_reads: RemoteReadPool | None = None
-        self.remote_lookups: RemoteLookups | None = None
+        # Tiered storage, when it is on: what the RemoteLogManager tiers.
+        self.tiering = ReplicaTiering(self.node_id)
         # Consumers' remote reads, parked until the reader pool completes them.
         self.remote_fetches = RemoteFetchPurgatory()
         # Replication meters (ISR changes, follower bytes), exported by broker.metrics.
         self.stats = ReplicaStats()
-        # Told about partitions whose ISR may change (set by cluster mode).
-        self.isr_listener: Callable[[TopicPartition], None] | None = None
         # KIP-392: consumers may be sent to a follower in their rack; a
         # broker's rack comes from the cluster's metadata (set by cluster mode).
         self.rack_aware_reads = config["replica.selector.class"] == RACK_AWARE_SELECTOR
@@ -118,10 +100,9 @@ class ReplicaManager:
         # Like Kafka: the new epoch starts at the log end, so OffsetForLeaderEpoch
         # and diverging-epoch answers are right before the first append.
         part.log.epochs.assign(state.leader_epoch, part.log.end_offset)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
+        self.followers.advance_high_watermark(part)
         self.fetch_sessions.notify(tp)
-        self._start_tiering(part)
+        self.tiering.start(part)
         return part
 
     def become_follower(self, tp: TopicPartition, topic_id: object, config: LogConfig,
@@ -133,12 +114,8 @@ class ReplicaManager:
         """
         part = self._take_state(tp, topic_id, config, state, state.leader)
         part.high_watermark = min(part.high_watermark, part.log.end_offset)
-        if self._remote is not None:
-            if part.log.config.remote_storage_enable:
-                self._remote.follow_partition(self._tip(part), part.log)
-            else:
-                self._remote.stop_partition(tp)
-        self._delayed_produce.notify(tp)
+        self.tiering.follow(part)
+        self.followers.wake(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
@@ -209,11 +186,10 @@ class ReplicaManager:
     async def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         """Stop hosting ``tp``: parked requests are woken (they find it gone)."""
         part = self._partitions.pop(tp, None)
-        if self._remote is not None:
-            self._remote.stop_partition(tp)
+        self.tiering.stop(tp)
         self._delayed_fetch_consumers.notify(tp)
         self._delayed_fetch_followers.notify(tp)
-        self._delayed_produce.notify(tp)
+        self.followers.wake(tp)
         self.fetch_sessions.notify(tp)
         if part is not None and delete:
             await self.logs.delete(tp)
@@ -225,53 +201,7 @@ class ReplicaManager:
             return
         was_tiered = part.log.config.remote_storage_enable
         part.log.config = config
-        if self._remote is None:
-            return
-        if config.remote_storage_enable:
-            self._start_tiering(part)
-            self._remote.wake()
-        elif was_tiered:
-            # KIP-950: turning tiering off requires remote.log.delete.on.disable.
-            self._remote.disable_partition(self._tip(part), part.log)
-
-    def _tip(self, part: Partition) -> TopicIdPartition:
-        return TopicIdPartition(part.topic_id, part.topic, part.index)
-
-    def _start_tiering(self, part: Partition) -> None:
-        """Hand a partition with tiering on to the RemoteLogManager: a leader
-        copies and expires, a follower only follows the tier boundary."""
-        if self._remote is None or not part.log.config.remote_storage_enable:
-            return
-        if part.is_leader(self.node_id):
-            self._remote.start_partition(self._tip(part), part.log,
-                                        lambda: part.last_stable_offset)
-        else:
-            self._remote.follow_partition(self._tip(part), part.log)
-
-    def start_tiering_all(self) -> None:
-        """After the remote metadata is loaded: start every tiered partition, and
-        resume the remote deletion of leaders whose tiering was turned off with
-        remote.log.delete.on.disable (KIP-950; a restart may have cut it short)."""
-        for part in self._partitions.values():
-            self._start_tiering(part)
-            cfg = part.log.config
-            if (self._remote is not None and not cfg.remote_storage_enable
-                    and cfg.remote_delete_on_disable and part.is_leader(self.node_id)):
-                self._remote.resume_disabled_partition(self._tip(part), part.log)
-
-    @property
-    def remote(self) -> RemoteLogManager | None:
-        """The RemoteLogManager, or None while tiered storage is off."""
-        return self._remote
-
-    def set_remote(self, manager: RemoteLogManager, reads: RemoteReadPool,
-                   lookups: RemoteLookups) -> None:
-        """Tiered storage is on: ``manager`` tiers this broker's partitions,
-        ``reads`` and ``lookups`` serve consumers from the tier (set once by
-        the tiering wiring, before ``start_tiering_all``)."""
-        self._remote = manager
-        self.remote_reads = reads
-        self.remote_lookups = lookups
+        self.tiering.config_changed(part, was_tiered)
 
     async def run(self) -> None:
         """Background work: log chores and flushes requested by appends."""
@@ -284,7 +214,7 @@ class ReplicaManager:
     async def shutdown(self) -> None:
         self._delayed_fetch_consumers.notify_all()
         self._delayed_fetch_followers.notify_all()
-        self._delayed_produce.notify_all()
+        self.followers.wake_all()
         await self.logs.shutdown()
 
     # -- lookups ----------------------------------------------------------------
@@ -384,12 +314,11 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                 f"{tp[0]}-{tp[1]}: {len(part.isr)} in-sync replicas, "
                                 f"min.insync.replicas is {min_isr}")
-        self._hold_caught_up(part)
+        self.followers.hold_caught_up(part)
         result = part.log.append_as_leader(data, part.leader_epoch, origin)
         self._delayed_fetch_followers.notify(tp)
         self.fetch_sessions.notify(tp)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
+        self.followers.advance_high_watermark(part)
         if result.needs_flush:
             self._schedule_flush(tp, part.log)
         return result
@@ -401,90 +330,19 @@ class ReplicaManager:
 
         Raises:
             KafkaApiError: as ``append_local``, or (acks=all) the error of
-                ``wait_replicated``.
+                ``FollowerProgress.wait_replicated``.
         """
         result = self.append_local(tp, data, origin, acks)
         if acks == ACKS_ALL:
-            errors = await self.wait_replicated({tp: result.last_offset + 1}, timeout_ms)
+            errors = await self.followers.wait_replicated({tp: result.last_offset + 1},
+                                                          timeout_ms)
             if errors[tp]:
                 raise KafkaApiError(errors[tp], f"{tp[0]}-{tp[1]}: {errors[tp].name}")
         return result
 
-    async def wait_replicated(self, required: dict[TopicPartition, int],
-                              timeout_ms: int) -> dict[TopicPartition, ErrorCode]:
-        """The delayed produce: wait until each partition's high watermark reaches
-        its required offset (acks=all), at most ``timeout_ms``.
-
-        Returns:
-            Per partition: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank
-            below min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership moved)
-            or REQUEST_TIMED_OUT.
-        """
-        deadline = trio.current_time() + max(timeout_ms, 0) / 1000
-        status: dict[TopicPartition, ErrorCode | None] = dict.fromkeys(required)
-
-        def done() -> bool:
-            for tp, offset in required.items():
-                if status[tp] is None:
-                    status[tp] = self._replication_status(tp, offset)
-            return all(code is not None for code in status.values())
-
-        await self._delayed_produce.wait_until(required, deadline, done)
-        return {tp: ErrorCode.REQUEST_TIMED_OUT if code is None else code
-                for tp, code in status.items()}
-
-    def _replication_status(self, tp: TopicPartition, offset: int) -> ErrorCode | None:
-        part = self._partitions.get(tp)
-        if part is None or not part.is_leader(self.node_id):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if part.high_watermark < offset:
-            return None
-        if len(part.isr) < part.log.config.min_insync_replicas:
-            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return ErrorCode.NONE
-
-    def update_follower(self, tp: TopicPartition, replica: int, end_offset: int) -> None:
-        """As leader: ``replica`` has everything below ``end_offset`` (from its fetch).
-
-        A follower at the log end counts as caught up now (ISR shrink looks at
-        how long ago that was); one outside the ISR that reached the high
-        watermark is reported to ``isr_listener`` for expansion.
-        """
-        part = self._partitions.get(tp)
-        if part is None or not part.is_leader(self.node_id):
-            return
-        part.follower_end_offsets[replica] = end_offset
-        if end_offset >= part.log.end_offset:
-            part.follower_caught_up_at[replica] = trio.current_time()
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
-        if (replica not in part.isr and end_offset >= part.high_watermark
-                and self.isr_listener is not None):
-            self.isr_listener(tp)
-
-    def update_isr(self, tp: TopicPartition, isr: list[int]) -> None:
-        """As leader: the ISR changed (already made durable by the caller).
-
-        A follower that left the ISR loses what it last reported: it joins
-        again only on a fetch of its own reaching the high watermark. Its
-        old end offset must not readmit it, e.g. once it restarts with a wiped
-        disk and has not fetched yet.
-        """
-        part = self._partitions.get(tp)
-        if part is None:
-            return
-        for gone in set(part.isr) - set(isr):
-            part.follower_end_offsets.pop(gone, None)
-            part.follower_caught_up_at.pop(gone, None)
-        part.isr = list(isr)
-        if part.maybe_advance_high_watermark(self.node_id):
-            self._on_high_watermark(tp)
-        else:
-            self._delayed_produce.notify(tp)  # a shrink may fail waiting acks=all produces
-
     def _on_high_watermark(self, tp: TopicPartition) -> None:
+        """The high watermark moved (``FollowerProgress`` has woken the produces)."""
         self._delayed_fetch_consumers.notify(tp)
-        self._delayed_produce.notify(tp)
         self.fetch_sessions.notify(tp)
 
     def _schedule_flush(self, tp: TopicPartition, lg: Log) -> None:
@@ -505,7 +363,7 @@ class ReplicaManager:
     async def fetch(self, params: fetch_path.FetchParams) -> list[fetch_path.FetchResult]:
         """Answer a full fetch (see ``replication.fetch``)."""
         if params.is_follower:
-            self.follower_fetched_at[params.replica_id] = trio.current_time()
+            self.followers.fetched(params.replica_id)
         return await fetch_path.fetch(self, params)
 
     async def fetch_incremental(self, params: fetch_path.FetchParams, session: FetchSession,
@@ -513,7 +371,7 @@ class ReplicaManager:
                                 ) -> list[tuple[fetch_path.FetchPartition, fetch_path.FetchResult]]:
         """Answer an incremental fetch of ``session`` (see ``replication.fetch``)."""
         if params.is_follower:
-            self.follower_fetched_at[params.replica_id] = trio.current_time()
+            self.followers.fetched(params.replica_id)
         return await fetch_path.fetch_incremental(self, params, session, requested)
 
     def watch_fetches(self, tps: list[TopicPartition], follower: bool
@@ -523,30 +381,6 @@ class ReplicaManager:
         a consumer (the high watermark moved), or when the partition moves or goes."""
         purgatory = self._delayed_fetch_followers if follower else self._delayed_fetch_consumers
         return purgatory.watch(tps)
-
-    def _hold_caught_up(self, part: Partition) -> None:
-        """Before the log end moves: followers at the log end now (see
-        ``caught_up_at``) were caught up until this moment, and are judged from
-        it, not from the last fetch that named this partition (which, for an
-        idle partition in a session, may be long ago)."""
-        now = trio.current_time()
-        for replica in part.follower_end_offsets:
-            if self.caught_up_at(part, replica, now) == now:
-                part.follower_caught_up_at[replica] = now
-
-    def caught_up_at(self, part: Partition, replica: int, now: float) -> float | None:
-        """When ``replica`` was last caught up on ``part`` (leader only; None: never).
-
-        A follower whose last fetch offset is the log end is caught up now if it
-        is fetching at all (within replica.lag.time.max.ms): with a fetch
-        session it names an idle partition only when its position changes.
-        """
-        at = part.follower_caught_up_at.get(replica)
-        fetched = self.follower_fetched_at.get(replica)
-        if (fetched is not None and now - fetched <= self._lag_max_s
-                and part.follower_end_offsets.get(replica, -1) >= part.log.end_offset):
-            return now
-        return at
 
     def read(self, part: Partition, offset: int, max_bytes: int, committed_only: bool,
              min_one_batch: bool, zero_copy: bool = False,
@@ -569,81 +403,6 @@ class ReplicaManager:
         if offset > end and not leader_epoch_known and not part.is_leader(self.node_id):
             return b""
         return part.log.read_for_send(offset, max_bytes, limit, min_one_batch, zero_copy)
-
-    def replay_batches(self, tp: TopicPartition
-                       ) -> Iterator[tuple[records.BatchHeader, bytes]]:
-        """Every batch of a partition from its log start to its log end, for
-        coordinators loading their internal topics as its new leader.
-
-        As Kafka's coordinators do, the load reads past the high watermark: a
-        new leader's log is the partition's truth, and its tail becomes
-        committed as followers catch up (or the partition moves on and the
-        coordinator unloads).
-
-        Yields (header, buffer); the header's ``position`` is within the buffer.
-        Stops (with a warning) if the log cannot be read further.
-        """
-        part = self._partitions.get(tp)
-        if part is None:
-            return
-        lg = part.log
-        offset = lg.log_start_offset
-        while offset < lg.end_offset:
-            result = lg.read(offset, _REPLAY_READ_BYTES, lg.end_offset, True)
-            start = offset
-            for header in records.iter_headers(result.data):
-                offset = header.last_offset + 1
-                yield header, result.data
-            if offset == start:
-                log.warning("replay stopped early", topic=tp[0], partition=tp[1],
-                            offset=offset, log_end=lg.end_offset)
-                return
-
-    async def list_offset(self, tp: TopicPartition, timestamp: int, version: int,
-                          committed: bool, current_leader_epoch: int) -> tuple[int, int, int]:
-        """ListOffsets for one partition: (offset, timestamp, leader epoch).
-
-        Raises:
-            KafkaApiError: unknown partition, fenced epoch, bad timestamp, remote error.
-        """
-        part = self.leader_partition(tp)
-        self.check_leader_epoch(part, current_leader_epoch)
-        return await list_offsets.lookup(part, self.remote_lookups, timestamp, version,
-                                        committed)
-
-    def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
-                             leader_epoch: int) -> tuple[int, int]:
-        """OffsetForLeaderEpoch: (largest epoch <= ``leader_epoch``, its end offset)."""
-        part = self.partition(tp)
-        self.check_leader_epoch(part, current_leader_epoch)
-        return part.log.epochs.end_offset_for(leader_epoch, part.log.end_offset)
-
-    def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """DeleteRecords: move the log start to ``offset`` (-1: the high watermark).
-
-        Returns:
-            The new low watermark.
-        """
-        part = self.leader_partition(tp)
-        hw = part.high_watermark
-        return part.log.delete_records(hw if offset == -1 else offset, hw)
-
-    def log_dir_partitions(self) -> list[LogDirPartition]:
-        """Every hosted partition with its size and offset lag, for DescribeLogDirs.
-
-        The lag is 0 for a leader. A follower reports how far its log end is
-        behind the leader's high watermark as of the leader's last fetch
-        response. (Kafka reports max(high watermark - log end, 0) with the
-        replica's own high watermark, which a follower caps at its log end, so
-        its current replicas always show 0; only its alter-log-dirs "future"
-        replicas show a lag, which tierd does not have.)
-        """
-        out = []
-        for (t, p), part in sorted(self._partitions.items()):
-            lag = 0 if part.is_leader(self.node_id) else max(
-                part.leader_high_watermark - part.log.end_offset, 0)
-            out.append(LogDirPartition(t, p, part.log.size, lag))
-        return out
 
     async def write_checkpoints(self) -> None:
         await self.logs.write_checkpoints()

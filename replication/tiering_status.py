@@ -79,7 +79,7 @@ def _one(replicas: ReplicaManager, part: Partition, info: FollowerInfo | None) -
         log_end_offset=lg.end_offset, local_bytes=lg.size, local_segments=len(lg.segments))
     if not leader and info is not None:
         row.follower_state, row.aux_state_failures, row.aux_state_error = info
-    remote = replicas.remote
+    remote = replicas.tiering.manager
     if remote is None:
         return row
     tip = TopicIdPartition(part.topic_id, part.topic, part.index)

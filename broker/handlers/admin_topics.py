@@ -28,6 +28,7 @@ from broker.handlers.describe import describe_topic_configs
 from config import ConfigError, TopicConfigs
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
+from replication import partition_queries
 from replication.metadata import validate_topic_name
 
 
@@ -187,7 +188,8 @@ async def handle_delete_records(ctx: BrokerContext, header: RequestHeader, req: 
         parts = []
         for p in t.partitions:
             try:
-                low = ctx.replicas.delete_records((t.name, p.partition_index), p.offset)
+                low = partition_queries.delete_records(ctx.replicas, (t.name, p.partition_index),
+                                                       p.offset)
                 parts.append(part_cls(partition_index=p.partition_index, low_watermark=low,
                                       error_code=0))
             except KafkaApiError as exc:

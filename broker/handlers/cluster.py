@@ -15,6 +15,7 @@ from kafka.protocol.admin import (
 
 from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
+from replication import partition_queries
 
 
 async def handle_describe_cluster(ctx: BrokerContext, header: RequestHeader,
@@ -38,7 +39,7 @@ async def handle_describe_log_dirs(ctx: BrokerContext, header: RequestHeader,
     if req.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in req.topics}
     by_topic: dict[str, list[Any]] = {}
-    for p in ctx.replicas.log_dir_partitions():
+    for p in partition_queries.log_dir_partitions(ctx.replicas):
         if wanted is not None and (p.topic not in wanted
                                    or p.partition not in (wanted[p.topic] or ())):
             continue

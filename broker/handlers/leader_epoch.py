@@ -9,6 +9,7 @@ from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeader
 from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import KafkaApiError
+from replication import partition_queries
 
 
 async def handle_offset_for_leader_epoch(ctx: BrokerContext, header: RequestHeader,
@@ -21,8 +22,9 @@ async def handle_offset_for_leader_epoch(ctx: BrokerContext, header: RequestHead
         parts = []
         for p in t.partitions:
             try:
-                epoch, end = ctx.replicas.end_offset_for_epoch(
-                    (t.topic, p.partition), p.current_leader_epoch, p.leader_epoch)
+                epoch, end = partition_queries.end_offset_for_epoch(
+                    ctx.replicas, (t.topic, p.partition), p.current_leader_epoch,
+                    p.leader_epoch)
                 parts.append(part_cls(error_code=0, partition=p.partition, leader_epoch=epoch,
                                       end_offset=end))
             except KafkaApiError as exc:

@@ -1,4 +1,4 @@
-"""ListOffsets: requests in, ``ReplicaManager.list_offset`` per partition (see
+"""ListOffsets: requests in, ``partition_queries.list_offset`` per partition (see
 ``replication.list_offsets`` for what each special timestamp means), responses out."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from broker.context import BrokerContext, Session
 from protocol.api import RequestHeader
 from protocol.errors import KafkaApiError
+from replication import partition_queries
 
 READ_COMMITTED = 1
 
@@ -25,8 +26,8 @@ async def handle_list_offsets(ctx: BrokerContext, header: RequestHeader, req: An
         parts = []
         for p in t.partitions:
             try:
-                offset, ts, epoch = await ctx.replicas.list_offset(
-                    (t.name, p.partition_index), p.timestamp, v, committed,
+                offset, ts, epoch = await partition_queries.list_offset(
+                    ctx.replicas, (t.name, p.partition_index), p.timestamp, v, committed,
                     p.current_leader_epoch)
                 parts.append(part_cls(partition_index=p.partition_index, error_code=0,
                                       timestamp=ts, offset=offset, leader_epoch=epoch))

@@ -67,7 +67,7 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any, se
 
     async def replicated() -> Any:
         required = {tp: offset for tp, (_, _, offset) in waiting.items()}
-        errors = await ctx.replicas.wait_replicated(required, req.timeout_ms)
+        errors = await ctx.replicas.followers.wait_replicated(required, req.timeout_ms)
         for tp, code in errors.items():
             if code:
                 parts, i, _ = waiting[tp]

@@ -75,7 +75,7 @@ async def write_local(replicas: ReplicaManager, complete_offsets: CompleteOffset
         return exc.code
     if tp[0] == OFFSETS_TOPIC and complete_offsets is not None:
         complete_offsets(marker.producer_id, marker.committed, tp[1])
-    return (await replicas.wait_replicated({tp: result.last_offset + 1}, timeout_ms))[tp]
+    return (await replicas.followers.wait_replicated({tp: result.last_offset + 1}, timeout_ms))[tp]
 
 
 class MarkerWriter:

@@ -72,12 +72,12 @@ async def test_pipelined_produces_append_at_once_and_answer_in_order(tmp_path) -
                 await trio.sleep(0.01)
         # Both appended while neither is replicated. The second one's ISR
         # catches up first: its answer still waits for the first one's.
-        node.replicas.update_follower((TOPIC, 1), FOLLOWER, 1)
+        node.replicas.followers.update_follower((TOPIC, 1), FOLLOWER, 1)
         buffer = bytearray()
         with trio.move_on_after(0.3) as early:
             await read_answer(client, buffer)
         assert early.cancelled_caught, "an answer overtook the one before it"
-        node.replicas.update_follower((TOPIC, 0), FOLLOWER, 1)
+        node.replicas.followers.update_follower((TOPIC, 0), FOLLOWER, 1)
         with trio.fail_after(WAIT_S):
             assert [await read_answer(client, buffer) for _ in range(2)] == [1, 2]
         nursery.cancel_scope.cancel()

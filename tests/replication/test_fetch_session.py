@@ -179,13 +179,13 @@ async def test_a_follower_naming_no_partition_stays_caught_up(replicas, autojump
     for _ in range(30):  # 30 s of fetches that name nothing: every partition idle
         await replicas.fetch_incremental(params(wait_ms=1000), session, [])
     now = trio.current_time()
-    assert replicas.caught_up_at(part, 2, now) == now
+    assert replicas.followers.caught_up_at(part, 2, now) == now
     # An append after the long idle spell: the follower was caught up until it,
     # not since its last fetch that named the partition (30 s ago).
     replicas.append_local(TPS[0], batch([b"new"]))
-    assert replicas.caught_up_at(part, 2, trio.current_time()) == now
+    assert replicas.followers.caught_up_at(part, 2, trio.current_time()) == now
     await trio.sleep(11)  # no fetch for longer than replica.lag.time.max.ms
-    assert replicas.caught_up_at(part, 2, trio.current_time()) < trio.current_time() - 10
+    assert replicas.followers.caught_up_at(part, 2, trio.current_time()) < trio.current_time() - 10
 
 
 def test_the_follower_names_only_what_changed_and_starts_over_when_refused():

@@ -1,8 +1,7 @@
 """Replication metrics: the gauges computed from partition and controller state,
 the snapshot the exporter reads (never the live state), and the meters counted
 where Kafka counts them (ISR changes by the leader, follower fetch bytes,
-broker-change handling and unclean elections on the controller), plus the
-follower lag DescribeLogDirs reports."""
+broker-change handling and unclean elections on the controller)."""
 
 from __future__ import annotations
 
@@ -112,7 +111,7 @@ def test_the_exporter_reads_the_snapshot_not_the_live_state(replicas):
     host(replicas, ("t", 0), 1, [1, 2, 3])
     collector = ReplicationCollector(replicas, None)
     collector.snapshot()
-    replicas.update_isr(("t", 0), [1])  # the event loop moves on...
+    replicas.followers.update_isr(("t", 0), [1])  # the event loop moves on...
     values = scrape(collector)
     assert values["tierd_UnderReplicatedPartitions"] == 0  # ...the scrape sees the snapshot
     assert values["tierd_LeaderCount"] == 1 and values["tierd_PartitionCount"] == 1
@@ -135,7 +134,7 @@ async def test_the_snapshot_task_refreshes_the_gauges(replicas, autojump_clock):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(collector.run, 1.0)
         await trio.sleep(0.5)
-        replicas.update_isr(("t", 0), [1, 2])
+        replicas.followers.update_isr(("t", 0), [1, 2])
         assert collector.latest.replica.under_replicated == 0
         await trio.sleep(1)
         assert collector.latest.replica.under_replicated == 1
@@ -165,15 +164,15 @@ async def test_isr_shrink_and_expand_are_counted_once_committed(replicas, autoju
     stats = replicas.stats
     async with trio.open_nursery() as nursery:
         await nursery.start(isr.run)
-        replicas.update_follower(tp, 2, 0)
-        replicas.update_follower(tp, 3, 0)
+        replicas.followers.update_follower(tp, 2, 0)
+        replicas.followers.update_follower(tp, 3, 0)
         # Replica 3 stops fetching; 2 keeps fetching from the log end.
         for _ in range(6):
             await trio.sleep(0.4)
-            replicas.update_follower(tp, 2, part.log.end_offset)
+            replicas.followers.update_follower(tp, 2, part.log.end_offset)
         assert asked == [[1, 2]] and part.isr == [1, 2]
         assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 0)
-        replicas.update_follower(tp, 3, part.log.end_offset)
+        replicas.followers.update_follower(tp, 3, part.log.end_offset)
         await trio.testing.wait_all_tasks_blocked()
         assert part.isr == [1, 2, 3]
         assert (total(stats.isr_shrinks), total(stats.isr_expands)) == (1, 1)
@@ -268,29 +267,6 @@ async def test_broker_changes_are_timed_and_unclean_elections_counted(autojump_c
     assert total(stats.unclean_elections) == 1
 
 
-# -- DescribeLogDirs -----------------------------------------------------------------
-
-
-async def test_describe_log_dirs_lag_is_behind_the_leaders_high_watermark(replicas):
-    host(replicas, ("led", 0), 1, [1, 2, 3])
-    await replicas.append(("led", 0), batch([b"a", b"b"]), acks=1)
-    followed = host(replicas, ("followed", 0), 2, [2, 3])
-    replicas.append_as_follower(("followed", 0), _leader_batch(replicas, 3))
-    followed.leader_high_watermark = 10  # from the leader's last fetch response
-    lags = {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}
-    assert (lags["led"], lags["followed"]) == (0, 7)
-    followed.leader_high_watermark = 3
-    assert {p.topic: p.offset_lag for p in replicas.log_dir_partitions()}["followed"] == 0
-
-
-def _leader_batch(replicas: ReplicaManager, count: int) -> bytearray:
-    """``count`` records as a leader wrote them (offsets 0.., epoch 0)."""
-    source = host(replicas, ("source", 0), 1, [1], replicas=(1,), min_isr=1)
-    source.log.append_as_leader(batch([b"r"] * count), 0)
-    data = source.log.read(0, 1 << 20, source.log.end_offset, True).data
-    return bytearray(data)
-
-
 async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
         replicas, autojump_clock):
     """Its last report from before it left (a broker killed, its disk wiped)
@@ -301,18 +277,18 @@ async def test_a_follower_out_of_the_isr_rejoins_only_on_a_fetch_of_its_own(
     alter = committing_alter(asked)
     isr = IsrManager(replicas.config, replicas, alter)
     await replicas.append(tp, batch([b"a"]), acks=1)
-    replicas.update_follower(tp, 2, 1)
-    replicas.update_follower(tp, 3, 1)
+    replicas.followers.update_follower(tp, 2, 1)
+    replicas.followers.update_follower(tp, 3, 1)
     assert part.high_watermark == 1
     # The controller drops 3 (its broker's session ended): a LeaderAndIsr.
-    replicas.update_isr(tp, [1, 2])
+    replicas.followers.update_isr(tp, [1, 2])
     async with trio.open_nursery() as nursery:
         await nursery.start(isr.run)
         for _ in range(4):
             await trio.sleep(0.4)
-            replicas.update_follower(tp, 2, part.log.end_offset)
+            replicas.followers.update_follower(tp, 2, part.log.end_offset)
         assert asked == [] and part.isr == [1, 2]  # 3 is not readmitted by its old report
-        replicas.update_follower(tp, 3, 1)  # the restarted broker fetched up to the end
+        replicas.followers.update_follower(tp, 3, 1)  # the restarted broker fetched up to the end
         await trio.testing.wait_all_tasks_blocked()
         assert asked == [[1, 2, 3]] and part.isr == [1, 2, 3]
         nursery.cancel_scope.cancel()

@@ -52,10 +52,10 @@ async def test_acks_all_waits_for_every_in_sync_follower(replicas, autojump_cloc
     async with trio.open_nursery() as nursery:
         nursery.start_soon(produce)
         await trio.sleep(1)
-        replicas.update_follower(TP, 2, 1)
+        replicas.followers.update_follower(TP, 2, 1)
         await trio.sleep(1)
         assert answered == [] and part.high_watermark == 0  # replica 3 still behind
-        replicas.update_follower(TP, 3, 1)
+        replicas.followers.update_follower(TP, 3, 1)
     assert answered == [2.0] and part.high_watermark == 1
 
 
@@ -89,12 +89,12 @@ async def test_isr_shrinking_below_min_after_append(replicas, autojump_clock):
 
     async def produce() -> None:
         offset = replicas.append_local(TP, batch([b"a"]), required_acks=-1).last_offset + 1
-        codes.append((await replicas.wait_replicated({TP: offset}, 30_000))[TP])
+        codes.append((await replicas.followers.wait_replicated({TP: offset}, 30_000))[TP])
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(produce)
         await trio.sleep(1)
-        replicas.update_isr(TP, [1])
+        replicas.followers.update_isr(TP, [1])
     assert codes == [ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND]
     assert part.high_watermark == 1
 
@@ -122,7 +122,7 @@ async def test_consumer_fetch_wakes_on_high_watermark_not_on_append(replicas, au
         await replicas.append(TP, batch([b"a"]), acks=1)
         await trio.sleep(1)
         assert got == []  # appended, but not yet below the high watermark
-        replicas.update_follower(TP, 2, 1)
+        replicas.followers.update_follower(TP, 2, 1)
     assert got[0][0] == 2.0 and got[0][1] > 0 and part.high_watermark == 1
 
 
@@ -161,7 +161,7 @@ async def test_lookups_follow_leadership_and_stop_replica(replicas):
 async def test_high_watermark_survives_a_restart_in_the_checkpoint(replicas, autojump_clock):
     part = lead(replicas, [1, 2])
     await replicas.append(TP, batch([b"a", b"b", b"c"]), acks=1)
-    replicas.update_follower(TP, 2, 2)
+    replicas.followers.update_follower(TP, 2, 2)
     assert part.high_watermark == 2
     await replicas.shutdown()
 
