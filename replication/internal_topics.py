@@ -5,8 +5,10 @@ Each is an ``InternalTopic``: created through the ``TopicAdmin`` on first use
 (internal, with its partition count, replication factor and configs from
 broker config), keys mapped to partitions (Kafka's
 ``abs(javaStringHashCode(key)) % partitions`` for coordinator keys), records
-appended as whole batches by the partition's leader, and replayed or read
-back up to the high watermark, so a reader only ever sees committed data.
+appended as whole batches by the partition's leader, replayed by a new
+leader's owner from its log start to its log end (as Kafka's coordinators
+load: the new leader's log is the partition's truth), and read back by
+others up to the high watermark only, so they see committed data alone.
 Their owners (group coordinator, transaction coordinator, remote log
 metadata manager) fold the records into state; this module does not know
 what the records mean.
@@ -150,7 +152,8 @@ class InternalTopic:
         return self.append(partition, records.build_batch(list(pairs), timestamp=stamp))
 
     def replay(self, partition: int) -> Iterator[tuple[records.BatchHeader, bytes]]:
-        """Every batch from the log start to the high watermark (header, buffer)."""
+        """Every batch from the log start to the log end (header, buffer), for a
+        new leader's owner (``partition_queries.replay_batches``)."""
         return partition_queries.replay_batches(self.replicas, (self.name, partition))
 
     def read_values(self, partition: int, from_offset: int,

@@ -68,8 +68,8 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._delayed_fetch_consumers = Purgatory()
         self._delayed_fetch_followers = Purgatory()
-        # Fetch sessions (KIP-227): told about the same events as the
-        # delayed fetches (``_changed``).
+        # Fetch sessions (KIP-227): notified of the same partition changes
+        # as the delayed fetches (leadership, appends, log start moves).
         self.fetch_sessions = FetchSessionCache(
             config["max.incremental.fetch.session.cache.slots"])
         # What the followers of the partitions led here have: the high
