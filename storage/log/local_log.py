@@ -36,6 +36,7 @@ import trio
 from config.topic import LogConfig
 from protocol import records
 from storage.log import swap
+from storage.log.file_deleter import DELETED_SUFFIX, Discard
 from storage.log.file_slice import FileSlice
 from storage.log.segment import BatchPosition, LogSegment
 from storage.log.txn_index import AbortedTxn
@@ -56,8 +57,10 @@ class LocalLog:
     then ``load``; the log view (``storage.log.log.Log``) does both."""
 
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], discard: Discard | None = None) -> None:
         self.directory = directory
+        # Where a deleted segment's files go (None: unlinked at once).
+        self.discard = discard
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -91,7 +94,7 @@ class LocalLog:
         """
         swap.recover(self.directory)
         for name in os.listdir(self.directory):
-            if name.endswith(".tmp"):
+            if name.endswith((".tmp", DELETED_SUFFIX)):
                 os.unlink(os.path.join(self.directory, name))
         bases = sorted(int(name[:-4]) for name in os.listdir(self.directory)
                        if name.endswith(".log") and name[:-4].isdigit())
@@ -103,7 +106,7 @@ class LocalLog:
                              self.config.index_interval_bytes, now)
             if truncated or (self.segments and base <= self.segments[-1].last_offset):
                 log.warning("dropping segment after a truncated one", segment=seg.log_path)
-                seg.delete()
+                seg.delete(self.discard)
                 continue
             if seg.load_indexes() and (clean_shutdown or seg.last_offset < recovery_point):
                 self._append_segment(seg)
@@ -308,7 +311,7 @@ class LocalLog:
         """Delete the first segment (retention, a moved log start); returns it, closed."""
         seg = self.segments.pop(0)
         self._bases.pop(0)
-        seg.delete()
+        seg.delete(self.discard)
         return seg
 
     def truncate_to(self, offset: int) -> None:
@@ -318,7 +321,7 @@ class LocalLog:
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()
-            seg.delete()
+            seg.delete(self.discard)
         self.active.truncate_to(offset)
         self.recovery_point = min(self.recovery_point, offset)
 
@@ -326,7 +329,7 @@ class LocalLog:
         """Delete every segment; restart with an empty one at ``offset``."""
         self._note_truncation(min(offset, self.segments[0].base_offset if self.segments else offset))
         for seg in self.segments:
-            seg.delete()
+            seg.delete(self.discard)
         self.segments = []
         self._bases = []
         self.add_segment(offset)
@@ -373,7 +376,7 @@ class LocalLog:
 
     def delete_files(self) -> None:
         for seg in self.segments:
-            seg.delete()
+            seg.delete(self.discard)
 
 
 def _position_limit(seg: LogSegment, upper: int) -> int | None:

@@ -46,6 +46,7 @@ from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log import loader, retention, validator
 from storage.log.epoch_cache import LeaderEpochCache
+from storage.log.file_deleter import Discard
 from storage.log.file_slice import FileSlice
 from storage.log.local_log import LocalLog
 from storage.log.producer_snapshot import SnapshotEntry, SnapshotFiles
@@ -76,12 +77,12 @@ class Log:
     """One partition's log. Build with ``Log.open``."""
 
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], discard: Discard | None = None) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
         self._clock = clock
-        self.local = LocalLog(directory, topic, partition, config, clock)
+        self.local = LocalLog(directory, topic, partition, config, clock, discard)
         self._log_start_offset = 0
         # Called when the log start offset moves (set by the replica manager:
         # fetch sessions answer a partition whose log start changed).
@@ -107,11 +108,13 @@ class Log:
     @classmethod
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig,
              clock: Callable[[], int], *, recovery_point: int = 0, log_start_offset: int = 0,
-             clean_shutdown: bool = False) -> Log:
+             clean_shutdown: bool = False, discard: Discard | None = None) -> Log:
         """Open (or create) the log in ``directory``, recovering if needed
-        (``storage.log.loader``)."""
+        (``storage.log.loader``). ``discard``: where deleted segments' files go
+        to be unlinked off the event loop (``storage.log.file_deleter``; None:
+        unlinked at once)."""
         os.makedirs(directory, exist_ok=True)
-        self = cls(directory, topic, partition, config, clock)
+        self = cls(directory, topic, partition, config, clock, discard)
         self.log_start_offset = loader.load(
             self.local, self.epochs, self.producer_upkeep, recovery_point=recovery_point,
             log_start_offset=log_start_offset, clean_shutdown=clean_shutdown)

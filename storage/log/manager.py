@@ -29,6 +29,7 @@ from config.topic import LogConfig
 from protocol.partition import TopicPartition
 from storage.log import checkpoint
 from storage.log.cleaner import LogCleaner
+from storage.log.file_deleter import FileDeleter
 from storage.log.log import Log
 
 log = structlog.get_logger(__name__)
@@ -66,6 +67,8 @@ class LogManager:
         self.high_watermarks: Callable[[], dict[TopicPartition, int]] | None = None
         os.makedirs(self.dir, exist_ok=True)
         self.cleaner = LogCleaner(config, self.logs, clock)
+        # Deleted segments' files are unlinked off the event loop.
+        self.deleter = FileDeleter()
 
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -104,7 +107,8 @@ class LogManager:
             self.logs[tp] = Log.open(path, tp[0], tp[1], cfg, self.clock,
                                      recovery_point=recovery.get(tp, 0),
                                      log_start_offset=starts.get(tp, 0),
-                                     clean_shutdown=self.clean_shutdown)
+                                     clean_shutdown=self.clean_shutdown,
+                                     discard=self.deleter.discard)
             if stored_id is None and expected is not None:
                 checkpoint.write_partition_metadata(path, expected)
         if os.path.exists(marker):
@@ -120,7 +124,8 @@ class LogManager:
         if existing is not None:
             return existing
         path = self._path(f"{tp[0]}-{tp[1]}")
-        lg = Log.open(path, tp[0], tp[1], config, self.clock, clean_shutdown=True)
+        lg = Log.open(path, tp[0], tp[1], config, self.clock, clean_shutdown=True,
+                      discard=self.deleter.discard)
         checkpoint.write_partition_metadata(path, topic_id)
         self.logs[tp] = lg
         return lg
@@ -139,9 +144,11 @@ class LogManager:
     # -- background chores ---------------------------------------------------
 
     async def run(self, high_watermark: Callable[[TopicPartition], int]) -> None:
-        """Run retention, flush, checkpoint and log cleaner loops until cancelled."""
+        """Run retention, flush, checkpoint, file deletion and log cleaner
+        loops until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.cleaner.run, high_watermark)
+            nursery.start_soon(self.deleter.run)
             nursery.start_soon(self._every, self.config["log.retention.check.interval.ms"],
                                self._retention, high_watermark)
             nursery.start_soon(self._every, self.config["log.flush.offset.checkpoint.interval.ms"],

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import structlog
 
 from protocol import records
+from storage.log.file_deleter import DELETED_SUFFIX, Discard, unlink_all
 from storage.log.file_slice import FileSlice
 from storage.log.index import OffsetIndex, TimeIndex
 from storage.log.txn_index import TransactionIndex
@@ -355,14 +356,23 @@ class LogSegment:
             os.close(self.fd)
             self.fd = -1
 
-    def delete(self) -> None:
-        """Close and remove all files of this segment."""
+    def delete(self, discard: Discard | None = None) -> None:
+        """Close and remove all files of this segment: at once, or (with
+        ``discard``, ``storage.log.file_deleter``) renamed ``*.deleted`` now
+        and handed to ``discard`` to be unlinked later."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
+        paths = (self.log_path, self.index.path, self.time_index.path, self.txn_index.path)
+        if discard is None:
+            unlink_all(paths)
+            return
+        renamed = []
+        for path in paths:
             try:
-                os.unlink(path)
+                os.rename(path, path + DELETED_SUFFIX)
             except FileNotFoundError:
-                pass
+                continue
+            renamed.append(path + DELETED_SUFFIX)
+        discard(renamed)
 
     @property
     def is_empty(self) -> bool:

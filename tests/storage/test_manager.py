@@ -108,3 +108,45 @@ async def test_delete_removes_directory(tmp_path, autojump_clock):
     await mgr.delete(TP)
     assert mgr.get(TP) is None
     assert os.listdir(tmp_path) == []
+
+
+async def test_deleted_segments_are_unlinked_off_the_event_loop(tmp_path, autojump_clock,
+                                                                monkeypatch):
+    in_threads: list[str] = []
+    real_run_sync = trio.to_thread.run_sync
+
+    async def run_sync(fn, *args, **kwargs):
+        in_threads.append(fn.__name__)
+        return await real_run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", run_sync)
+    mgr = _manager(tmp_path)
+    lg = mgr.create(TP, TOPIC_ID, log_config(segment_bytes=300))
+    for _ in range(12):
+        lg.append_as_leader(batch([b"v" * 30], timestamp=_trio_clock()), 0)
+    first = lg.segments[0].log_path
+    kept = lg.segments[-1].base_offset
+    assert lg.delete_records(kept, lg.end_offset) == kept
+    # On the loop: dropped from the log, files renamed, nothing unlinked yet.
+    assert not os.path.exists(first) and os.path.exists(first + ".deleted")
+    assert mgr.deleter.pending >= 4 and in_threads == []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(mgr.deleter.run)
+        while mgr.deleter.pending or os.path.exists(first + ".deleted"):
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert in_threads == ["unlink_all"]
+    assert not [n for n in os.listdir(lg.directory) if n.endswith(".deleted")]
+    assert lg.read(kept, 10_000).data  # what is left still reads
+
+    # A broker that stopped before its deleter ran: leftovers go when the log opens.
+    await mgr.shutdown()
+    leftover = os.path.join(lg.directory, "00000000000000000000.log.deleted")
+    with open(leftover, "wb") as f:
+        f.write(b"old")
+    again = _manager(tmp_path)
+    again.load(lambda topic: log_config(segment_bytes=300), lambda topic: TOPIC_ID)
+    assert not os.path.exists(leftover)
+    assert again.get(TP).log_start_offset == kept
+    for lg2 in again.logs.values():
+        lg2.close()
