@@ -5,6 +5,7 @@ that follows reads and stops with them."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -106,6 +107,27 @@ def test_a_sequential_read_costs_one_get_per_chunk_and_prefetch_stays_ahead(
     assert sorted(starts) == [i * CHUNK for i in range(11)]  # each chunk once
     assert chunks.stats.prefetches >= 1
     assert chunks.stats.misses + chunks.stats.prefetches == 11
+
+
+def test_prefetches_run_as_background_threads_and_reads_do_not(
+        stored: tuple[Recording, Any]) -> None:
+    """Reading ahead gives way to the event loop (the idle scheduling class);
+    the chunk a reader waits for is fetched at normal priority."""
+    rsm, seg = stored
+    policies: dict[str, set[int]] = {"prefetch": set(), "read": set()}
+    real_record = rsm._record
+
+    def record(start: int, end: int | None) -> bool:  # every GET, streamed or not
+        kind = "prefetch" if threading.current_thread().name.startswith("remote-prefetch") \
+            else "read"
+        policies[kind].add(os.sched_getscheduler(0))
+        return real_record(start, end)
+
+    rsm._record = record  # type: ignore[method-assign]
+    chunks = cache(rsm, prefetch=2)
+    chunks.fetch_log_segment(seg.metadata, 0, 1000)
+    chunks.close(wait=True)
+    assert policies == {"prefetch": {os.SCHED_IDLE}, "read": {os.SCHED_OTHER}}
 
 
 def test_prefetch_follows_reads_and_stops_with_them(stored: tuple[Recording, Any]) -> None:
