@@ -255,3 +255,18 @@ def test_tls_spec_settings_ratios_and_verdicts() -> None:
     keys = [spec.key for spec in tls.METRICS]
     assert len(keys) == len(set(keys)) == 2 * 2 * 4 + 2
     assert all(tls.SCENARIO.metric(t.metric) for t in tls.TARGETS)
+
+
+def test_isolation_cuts_probe_samples_by_phase_and_pins_the_broker() -> None:
+    from bench.scenarios.isolation import Window, latency_figures, placed_spec
+
+    samples = [(t / 1000, 0.001 if t < 500 else 0.004) for t in range(1000)]
+    m: dict[str, float] = {}
+    latency_figures(m, "steady", samples, Window(0.0, 0.4995, 0.0))
+    latency_figures(m, "hot", samples, Window(0.5, 0.9995, 0.0))
+    assert m["steady_samples"] == m["hot_samples"] == 500
+    assert m["steady_p99_ms"] == 1.0 and m["hot_max_ms"] == 4.0
+    base = BrokerSpec("tierd", "tierd", "{python} -m broker", REPO_ROOT)
+    assert placed_spec(base, "shared") is base
+    argv = placed_spec(base, "pinned").command(1, REPO_ROOT)
+    assert argv[:3] == ["taskset", "-c", "0"] and argv[4:6] == ["-m", "broker"]
