@@ -179,6 +179,7 @@ class LogCleaner:
             async with trio.open_nursery() as nursery:
                 for _ in range(self.threads):
                     worker = CleanerWorker()
+                    worker.start()  # now, not in the middle of the first pass
                     self._workers.append(worker)
                     nursery.start_soon(self._task, worker, high_watermark)
         finally:

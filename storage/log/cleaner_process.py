@@ -97,6 +97,14 @@ class CleanerWorker:
         self._process: Any = None
         self._conn: Connection | None = None
 
+    def start(self) -> None:
+        """Start the process now, if it is not running: starting one holds the
+        event loop for several milliseconds (fork, exec), so the cleaner does
+        it when the broker starts rather than in the middle of its first pass
+        (or again after a worker died, then inevitably in its next pass)."""
+        if self._conn is None:
+            self._start()
+
     def _start(self) -> Connection:
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe()
