@@ -6,10 +6,9 @@ tier ahead of consumers (``storage.remote.chunk_cache``'s prefetch pool).
 Their work can wait; the event loop serving produce and fetch cannot. A
 niced process still takes its share of a busy core, and one that is running
 when the broker wakes for a request keeps the core until the scheduler
-decides the broker's turn has come (measured on a broker pinned to one
-core: produce p99 2-3x its steady value while the cleaner ran at nice 10).
-Linux's SCHED_IDLE class says what is meant: run only when no ordinary
-process wants this core, and give it up as soon as one does. A worker
+decides the broker's turn has come. Linux's SCHED_IDLE class says what is
+meant: run only when no ordinary process wants this core, and give it up as
+soon as one does. A worker
 lowers itself first thing after it starts; where SCHED_IDLE is not
 available (not Linux, or refused) it falls back to a high nice value.
 
