@@ -32,6 +32,7 @@ from config import BrokerConfig
 from protocol.partition import TopicPartition
 from replication.controller_requests import IsrChange
 from replication.elections import LeaderAndIsr
+from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 from storage.pace import Pacer
 
@@ -81,6 +82,11 @@ class IsrManager:
         part = self.replicas.get(tp)
         if part is None or not part.is_leader(self.node_id) or tp in self._inflight:
             return
+        if part.proposed_isr is not None:
+            # A request that failed outright: the controller may have committed
+            # it, so the same change goes again until it is answered.
+            self._propose(part, part.proposed_isr)
+            return
         now = trio.current_time()
         for r in part.isr:
             part.follower_caught_up_at.setdefault(r, now)
@@ -104,8 +110,16 @@ class IsrManager:
                      lag_max_ms=int(self.lag_max_s * 1000))
         if joining:
             log.info("expanding isr", topic=tp[0], partition=tp[1], joining=joining)
-        self._inflight.add(tp)
-        self._queue[tp] = IsrChange(tp, part.leader_epoch, part.partition_epoch, new_isr)
+        self._propose(part, new_isr)
+
+    def _propose(self, part: Partition, new_isr: list[int]) -> None:
+        """Queue ``new_isr`` for the controller. From now until it is answered
+        the high watermark waits for it too (``Partition.maximal_isr``): a
+        joining follower may be elected as soon as the controller commits it."""
+        self._inflight.add(part.tp)
+        part.proposed_isr = new_isr
+        self._queue[part.tp] = IsrChange(part.tp, part.leader_epoch, part.partition_epoch,
+                                         new_isr)
         self._queued.set()
 
     @staticmethod
@@ -140,6 +154,7 @@ class IsrManager:
         first = ""
         for change, (error, state) in zip(batch, answers, strict=True):
             self._apply(change, error, state)
+            self._settled(change)
             if error:
                 refused[error] = refused.get(error, 0) + 1
                 first = first or f"{change.tp[0]}-{change.tp[1]}"
@@ -147,6 +162,16 @@ class IsrManager:
             log.info("AlterPartition refused", partitions=len(batch), refused=refused,
                      first=first)
         return True
+
+    def _settled(self, change: IsrChange) -> None:
+        """The change is answered (``_apply`` has installed the ISR the
+        controller returned, if any): the high watermark waits for the ISR
+        alone again, and may move if a proposed member held it back."""
+        part = self.replicas.get(change.tp)
+        if part is None or part.leader_epoch != change.leader_epoch:
+            return
+        part.proposed_isr = None
+        self.replicas.followers.advance_high_watermark(part)
 
     def _apply(self, change: IsrChange, error: str, state: LeaderAndIsr | None) -> None:
         part = self.replicas.get(change.tp)

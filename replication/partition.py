@@ -36,6 +36,9 @@ class Partition:
     leader_high_watermark: int = -1
     # Version of the partition's state (ZooKeeper znode), sent with AlterPartition.
     partition_epoch: int = 0
+    # Leader only: the ISR asked of the controller and not answered yet (None:
+    # no change in flight). See ``maximal_isr``.
+    proposed_isr: list[int] | None = None
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -51,14 +54,31 @@ class Partition:
     def is_leader(self, node_id: int) -> bool:
         return self.leader_id == node_id
 
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR the high watermark waits for: the current one and, while a
+        change is in flight, the proposed one too (Kafka's maximal ISR, KIP-497).
+
+        A follower joins the ISR the moment the controller commits it, and may
+        be elected leader from then on; so from the moment its joining is
+        proposed, every record acknowledged must already be on it, or a leader
+        lost between the commit and its catching up would take acknowledged
+        records with it. A follower being dropped still counts until the drop
+        is committed, for the same reason the other way round.
+        """
+        if self.proposed_isr is None:
+            return self.isr
+        return self.isr + [r for r in self.proposed_isr if r not in self.isr]
+
     def maybe_advance_high_watermark(self, node_id: int) -> bool:
-        """As leader: move the high watermark up to the ISR's smallest log end.
+        """As leader: move the high watermark up to the smallest log end of the
+        maximal ISR (``maximal_isr``).
 
         Returns:
             Whether it moved.
         """
         end = self.log.end_offset
-        for replica in self.isr:
+        for replica in self.maximal_isr:
             if replica != node_id:
                 end = min(end, self.follower_end_offsets.get(replica, 0))
         if end > self.high_watermark:

@@ -139,6 +139,7 @@ class ReplicaManager:
         part.partition_epoch = state.partition_epoch
         part.replicas = list(state.replicas)
         part.isr = list(state.isr)
+        part.proposed_isr = None
         part.follower_end_offsets = {}
         return part
 
