@@ -34,20 +34,30 @@ import threading
 FALLBACK_NICENESS = 10
 
 
+def _idle_class() -> bool:
+    """Move the calling thread into SCHED_IDLE (on Linux, pid 0 is the calling
+    thread; a process's first thread moves its later threads with it).
+    False where that is not available or not allowed."""
+    set_scheduler = getattr(os, "sched_setscheduler", None)
+    idle = getattr(os, "SCHED_IDLE", None)
+    if set_scheduler is None or idle is None:
+        return False
+    try:
+        set_scheduler(0, idle, os.sched_param(0))
+    except OSError:
+        return False
+    return True
+
+
 def lower_to_background() -> str:
-    """Put the calling process in the idle scheduling class (or nice it).
+    """Put the calling process in the idle scheduling class (or nice it); call
+    it first thing, before the process starts threads.
 
     Returns:
         What was applied: "idle" or "nice".
     """
-    set_scheduler = getattr(os, "sched_setscheduler", None)
-    idle = getattr(os, "SCHED_IDLE", None)
-    if set_scheduler is not None and idle is not None:
-        try:
-            set_scheduler(0, idle, os.sched_param(0))
-            return "idle"
-        except OSError:
-            pass
+    if _idle_class():
+        return "idle"
     os.nice(FALLBACK_NICENESS)
     return "nice"
 
@@ -58,15 +68,8 @@ def lower_thread_to_background() -> str:
     Returns:
         What was applied: "idle", "nice" or "none" (neither was allowed).
     """
-    set_scheduler = getattr(os, "sched_setscheduler", None)
-    idle = getattr(os, "SCHED_IDLE", None)
-    if set_scheduler is not None and idle is not None:
-        try:
-            # On Linux, pid 0 is the calling thread, not the whole process.
-            set_scheduler(0, idle, os.sched_param(0))
-            return "idle"
-        except OSError:
-            pass
+    if _idle_class():
+        return "idle"
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FALLBACK_NICENESS)
         return "nice"

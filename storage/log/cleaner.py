@@ -47,6 +47,7 @@ from protocol.partition import TopicPartition
 from storage.log import checkpoint, swap
 from storage.log.cleaner_pass import PassSpec
 from storage.log.cleaner_process import CleanerError, CleanerWorker
+from storage.log.file_deleter import unlink_all
 from storage.log.local_log import StaleSegments
 from storage.log.log import Log
 from storage.log.segment import LogSegment
@@ -296,7 +297,7 @@ class LogCleaner:
             await worker.call("end_pass")
         finally:
             if retired:
-                await trio.to_thread.run_sync(swap.delete_files, retired)
+                await trio.to_thread.run_sync(unlink_all, retired)
         self.checkpoints[c.tp] = mapped.map_end
         await self.write_checkpoint()
         elapsed = time.monotonic() - started

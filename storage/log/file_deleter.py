@@ -14,7 +14,8 @@ name is free at once for a new segment with the same base offset), then
 hands the renamed paths to ``FileDeleter.discard``; ``FileDeleter.run``
 unlinks them in a worker thread soon after. A broker that stops before
 they are gone removes any ``*.deleted`` left in a log directory when it
-opens the log (``LocalLog.load``).
+opens the log (``storage.log.swap.recover``, which does the same for the
+files of cleaned segments' swaps).
 
 Concurrency: ``discard`` is called on the event loop; the unlinks run in one
 worker thread at a time. Nothing is ever read from a renamed file.

@@ -36,7 +36,7 @@ import trio
 from config.topic import LogConfig
 from protocol import records
 from storage.log import swap
-from storage.log.file_deleter import DELETED_SUFFIX, Discard
+from storage.log.file_deleter import Discard
 from storage.log.file_slice import FileSlice
 from storage.log.segment import BatchPosition, LogSegment
 from storage.log.txn_index import AbortedTxn
@@ -94,7 +94,7 @@ class LocalLog:
         """
         swap.recover(self.directory)
         for name in os.listdir(self.directory):
-            if name.endswith((".tmp", DELETED_SUFFIX)):
+            if name.endswith(".tmp"):
                 os.unlink(os.path.join(self.directory, name))
         bases = sorted(int(name[:-4]) for name in os.listdir(self.directory)
                        if name.endswith(".log") and name[:-4].isdigit())

@@ -30,13 +30,14 @@ import os
 import structlog
 
 from protocol import records
+from storage.log.file_deleter import DELETED_SUFFIX, unlink_all
 from storage.log.segment import filename_prefix
 
 log = structlog.get_logger(__name__)
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
-DELETED = ".deleted"
+DELETED = DELETED_SUFFIX
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 SEGMENT_SUFFIXES = (".log", *INDEX_SUFFIXES)
 
@@ -86,16 +87,9 @@ def finish(directory: str, base: int) -> None:
 
 def remove_cleaned(directory: str, base: int) -> None:
     """Delete the ``.cleaned`` files of ``base`` (a group never swapped in)."""
-    delete_files([_prefix(directory, base) + s + CLEANED for s in SEGMENT_SUFFIXES])
+    unlink_all([_prefix(directory, base) + s + CLEANED for s in SEGMENT_SUFFIXES])
 
 
-def delete_files(paths: list[str]) -> None:
-    """Remove retired files (blocking; run off the event loop)."""
-    for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def _last_offset(path: str) -> int | None:
@@ -136,9 +130,9 @@ def recover(directory: str) -> None:
                     base_offset=base, last_offset=last, replaces=replaced)
         for b in replaced:
             if b != base:
-                delete_files([_prefix(directory, b) + s for s in SEGMENT_SUFFIXES])
+                unlink_all([_prefix(directory, b) + s for s in SEGMENT_SUFFIXES])
         if base in segment_bases:
-            delete_files([_prefix(directory, base) + s for s in INDEX_SUFFIXES])
+            unlink_all([_prefix(directory, base) + s for s in INDEX_SUFFIXES])
         finish(directory, base)
     for name in os.listdir(directory):
         if name.endswith(SWAP):

@@ -12,13 +12,13 @@ from replication.controller_requests import IsrChange
 from replication.elections import LeaderAndIsr
 from replication.isr import IsrManager
 from tests.helpers import batch
-from tests.replication.test_metrics import host, replicas  # noqa: F401 - the fixture
+from tests.replication.hosting import host
 
 TP = ("t", 0)
 
 
 async def test_a_joining_follower_holds_the_high_watermark_until_it_has_the_records(
-        replicas, autojump_clock):  # noqa: F811 - the fixture
+        replicas, autojump_clock):
     part = host(replicas, TP, 1, [1, 2])
     for _ in range(3):
         await replicas.append(TP, batch([b"before"]), acks=1)
@@ -53,7 +53,7 @@ async def test_a_joining_follower_holds_the_high_watermark_until_it_has_the_reco
 
 
 async def test_a_dropped_follower_counts_until_the_drop_is_committed_and_a_failed_request_goes_again(
-        replicas, autojump_clock):  # noqa: F811 - the fixture
+        replicas, autojump_clock):
     part = host(replicas, TP, 1, [1, 2, 3])
     calls: list[list[int]] = []
 

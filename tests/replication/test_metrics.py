@@ -5,50 +5,28 @@ broker-change handling and unclean elections on the controller)."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from config import BrokerConfig, TopicConfigs
+from config import BrokerConfig
 from replication.controller import Controller
 from replication.controller_context import ControllerContext
 from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, NO_LEADER, LeaderAndIsr
 from replication.fetch import FetchParams, FetchPartition
 from replication.isr import IsrManager
-from replication.metadata_cache import BrokerEndpoint, PartitionState
+from replication.metadata_cache import BrokerEndpoint
 from replication.metrics import (
     ControllerGauges,
     ReplicaGauges,
     ReplicationCollector,
 )
-from replication.replica_manager import ReplicaManager
 from replication.zk_membership import RegisteredBroker
-from storage.log.manager import LogManager
 from tests.helpers import batch
-
-
-@pytest.fixture
-def replicas(tmp_path):
-    config = BrokerConfig.from_mapping({"log.dirs": str(tmp_path), "node.id": "1",
-                                        "replica.lag.time.max.ms": "1000"})
-    rm = ReplicaManager(config, LogManager(config))
-    yield rm
-    for lg in rm.logs.logs.values():
-        lg.close()
-
-
-def host(rm: ReplicaManager, tp: tuple[str, int], leader: int, isr: list[int],
-         replicas: tuple[int, ...] = (1, 2, 3), min_isr: int = 2):
-    cfg = TopicConfigs(rm.config, {"min.insync.replicas": str(min_isr)}).log_config()
-    state = PartitionState(leader, 0, list(replicas), isr)
-    if leader == rm.node_id:
-        return rm.become_leader(tp, uuid.uuid4(), cfg, state)
-    return rm.become_follower(tp, uuid.uuid4(), cfg, state)
+from tests.replication.hosting import host
 
 
 def total(counter: Any) -> float:

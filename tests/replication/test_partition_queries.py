@@ -3,36 +3,10 @@ over a ReplicaManager with real logs."""
 
 from __future__ import annotations
 
-import uuid
-
-import pytest
-
-from config import BrokerConfig, TopicConfigs
 from replication import partition_queries
-from replication.metadata_cache import PartitionState
 from replication.replica_manager import ReplicaManager
-from storage.log.manager import LogManager
 from tests.helpers import batch
-
-
-@pytest.fixture
-def replicas(tmp_path):
-    config = BrokerConfig.from_mapping({"log.dirs": str(tmp_path), "node.id": "1",
-                                        "replica.lag.time.max.ms": "1000"})
-    rm = ReplicaManager(config, LogManager(config))
-    yield rm
-    for lg in rm.logs.logs.values():
-        lg.close()
-
-
-def host(rm: ReplicaManager, tp: tuple[str, int], leader: int, isr: list[int],
-         replicas: tuple[int, ...] = (1, 2, 3), min_isr: int = 2):
-    cfg = TopicConfigs(rm.config, {"min.insync.replicas": str(min_isr)}).log_config()
-    state = PartitionState(leader, 0, list(replicas), isr)
-    if leader == rm.node_id:
-        return rm.become_leader(tp, uuid.uuid4(), cfg, state)
-    return rm.become_follower(tp, uuid.uuid4(), cfg, state)
-
+from tests.replication.hosting import host
 
 # -- DescribeLogDirs -----------------------------------------------------------------
 
