@@ -30,6 +30,8 @@ import os
 
 # One probe read per this many bytes of a slice (and one at its last byte).
 PROBE_STRIDE = 256 * 1024
+# The page cache's unit: one byte read brings in (or finds) its whole page.
+PAGE_BYTES = 4096
 # The buffer ``warm`` reads through.
 WARM_READ_BYTES = 256 * 1024
 
@@ -72,9 +74,13 @@ class FileSlice:
         """Whether the slice's pages are in the page cache, as far as one-byte
         reads every PROBE_STRIDE bytes and at its end can tell without waiting.
         Where such reads are not supported it answers True (nothing to gain)."""
+        if self.length <= 0:
+            return True
         probe = bytearray(1)
         end = self.position + self.length
-        points = [*range(self.position, end, PROBE_STRIDE), end - 1]
+        points = [*range(self.position, end, PROBE_STRIDE)]
+        if (end - 1) // PAGE_BYTES != points[-1] // PAGE_BYTES:
+            points.append(end - 1)  # its last page, unless a probe read it already
         try:
             for point in points:
                 os.preadv(self.fd, [probe], point, os.RWF_NOWAIT)

@@ -52,3 +52,23 @@ def test_a_dropped_slice_closes_its_descriptor(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         os.fstat(dup)
     os.close(fd)
+
+
+def test_cached_probes_each_page_once_and_sees_an_evicted_one(tmp_path) -> None:
+    path = tmp_path / "seg.log"
+    path.write_bytes(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # only clean pages can be evicted
+        os.pread(fd, 8 << 20, 0)
+        assert FileSlice(fd, 100, 50, 0).cached()  # one page: one probe
+        assert FileSlice(fd, 0, 0, 0).cached()  # nothing to send
+        # Evicted from 4 MiB on (large page-cache folios: evict whole MiBs).
+        os.posix_fadvise(fd, 4 << 20, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # and no readahead
+        assert FileSlice(fd, (4 << 20) - 8192, 4096, 0).cached()
+        # Shorter than a probe stride: its first page is resident, its last
+        # is not, and the probe of its last page sees that.
+        assert not FileSlice(fd, (4 << 20) - 8192, 16 << 10, 0).cached()
+    finally:
+        os.close(fd)
