@@ -42,6 +42,13 @@ Part = bytes | FileSlice
 # the encoded response: they are a hole of their own, sent as they are.
 SEND_APART_BYTES = 64 * 1024
 
+# The most one send (sendfile, or a send of record bytes) may move before the
+# loop lets other connections run. On loopback and fast links one call can
+# move the whole socket buffer (megabytes: a millisecond of kernel time on the
+# loop thread, more with TLS encrypting it first), so a catch-up reader's
+# large fetch would hold up every produce behind it.
+SEND_STEP_BYTES = 256 * 1024
+
 
 @dataclass(slots=True)
 class SplicedResponse(WrappedResponse):
@@ -106,7 +113,7 @@ async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> Sent:
                 await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
                 pending = []
             if isinstance(part, bytes):
-                await stream.send_all(part)
+                await _send_in_steps(stream, part)
                 continue
             if not part.cached():
                 await trio.to_thread.run_sync(part.warm)
@@ -115,12 +122,22 @@ async def send_parts(stream: trio.abc.Stream, parts: Sequence[Part]) -> Sent:
                 await _sendfile(stream, part)
                 sent.sendfile_bytes += part.length
             else:
-                await stream.send_all(part.read())
+                await _send_in_steps(stream, part.read())
         if pending:
             await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
     finally:
         close_parts(parts)
     return sent
+
+
+async def _send_in_steps(stream: trio.abc.Stream, data: bytes) -> None:
+    """``data`` sent SEND_STEP_BYTES at a time (each send yields to the loop)."""
+    if len(data) <= SEND_STEP_BYTES:
+        await stream.send_all(data)
+        return
+    with memoryview(data) as view:
+        for start in range(0, len(view), SEND_STEP_BYTES):
+            await stream.send_all(view[start:start + SEND_STEP_BYTES])
 
 
 async def _sendfile(stream: trio.SocketStream, part: FileSlice) -> None:
@@ -129,7 +146,7 @@ async def _sendfile(stream: trio.SocketStream, part: FileSlice) -> None:
     offset, left = part.position, part.length
     while left:
         try:
-            sent = os.sendfile(out_fd, part.fd, offset, left)
+            sent = os.sendfile(out_fd, part.fd, offset, min(left, SEND_STEP_BYTES))
         except BlockingIOError:
             await trio.lowlevel.wait_writable(sock)
             continue
@@ -138,4 +155,6 @@ async def _sendfile(stream: trio.SocketStream, part: FileSlice) -> None:
                                  f"{part.length} bytes")
         offset += sent
         left -= sent
-    await trio.lowlevel.checkpoint()
+        # Each step yields: other connections' requests (a produce) are read
+        # and handled between the steps of a large send.
+        await trio.lowlevel.checkpoint()

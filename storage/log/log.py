@@ -350,10 +350,10 @@ class Log:
         self.local.remove_first_segment()
         self.producer_upkeep.prune(self._snapshot_copy_floor())
 
-    def apply_retention(self, high_watermark: int) -> int:
-        """Delete local segments beyond retention (``storage.log.retention``);
-        returns how many went."""
-        return retention.apply_retention(self, self._clock, high_watermark)
+    def apply_retention(self, high_watermark: int, limit: int | None = None) -> int:
+        """Delete local segments beyond retention (``storage.log.retention``),
+        at most ``limit`` of them if given; returns how many went."""
+        return retention.apply_retention(self, self._clock, high_watermark, limit)
 
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the global log start forward (remote expiration); never back."""

@@ -166,7 +166,13 @@ class LogManager:
 
     async def _retention(self, high_watermark: Callable[[TopicPartition], int]) -> None:
         for tp, lg in list(self.logs.items()):
-            deleted = lg.apply_retention(high_watermark(tp))
+            # One segment per loop step: a pass after a tiered backlog was
+            # copied deletes tens of segments (renames, closes, a log line
+            # each), which together held produce for 10 ms.
+            deleted = 0
+            while self.logs.get(tp) is lg and lg.apply_retention(high_watermark(tp), limit=1):
+                deleted += 1
+                await trio.lowlevel.checkpoint()
             if deleted:
                 log.info("retention deleted segments", topic=tp[0], partition=tp[1], count=deleted,
                          log_start_offset=lg.log_start_offset)

@@ -58,8 +58,10 @@ class RetainedLog(Protocol):
     def remove_first_segment(self) -> None: ...
 
 
-def apply_retention(lg: RetainedLog, clock: Callable[[], int], high_watermark: int) -> int:
-    """Delete ``lg``'s local segments beyond retention; returns how many went."""
+def apply_retention(lg: RetainedLog, clock: Callable[[], int], high_watermark: int,
+                    limit: int | None = None) -> int:
+    """Delete ``lg``'s local segments beyond retention, at most ``limit`` of
+    them if given; returns how many went."""
     cfg = lg.local.config
     if "delete" not in cfg.cleanup_policy:
         return 0
@@ -67,7 +69,7 @@ def apply_retention(lg: RetainedLog, clock: Callable[[], int], high_watermark: i
     local_only = cfg.remote_storage_enable and not cfg.remote_copy_disable
     count = 0
     start_moved = False
-    while True:
+    while limit is None or count < limit:
         expired = (_locally_expired(lg, now) if local_only
                    else _first_segment_expired(lg.local, now, high_watermark))
         if not expired:

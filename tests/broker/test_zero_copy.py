@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.zero_copy import Sent, send_parts
+from broker.zero_copy import SEND_STEP_BYTES, Sent, send_parts
 from storage.log.file_slice import FileSlice, ShortFileSlice
 
 
-async def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+async def _pair(buffer_bytes: int = 0) -> tuple[trio.SocketStream, trio.SocketStream]:
     a, b = trio.socket.socketpair()
+    if buffer_bytes:  # room for a whole send at once, as on a fast link
+        a.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, buffer_bytes)
+        b.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, buffer_bytes)
     return trio.SocketStream(a), trio.SocketStream(b)
 
 
@@ -127,3 +130,89 @@ async def test_a_slice_in_the_page_cache_is_sent_as_it_is(tmp_path: Path) -> Non
         sent = await send_parts(out, [hot])
     assert received == [data]
     assert sent == Sent(sendfile_bytes=len(data), warmed_bytes=0)
+
+
+class _Recording(trio.abc.Stream):
+    """A stream that records the size of every send, and when it came."""
+
+    def __init__(self, inner: trio.SocketStream, events: list[str]) -> None:
+        self.inner = inner
+        self.events = events
+
+    async def send_all(self, data) -> None:  # type: ignore[no-untyped-def]
+        self.events.append(f"send {len(data)}")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes=None) -> bytes:  # type: ignore[no-untyped-def]
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Steps(trio.abc.Instrument):
+    """Marks the start of every task step in ``events``."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.events.append("step")
+
+
+async def _stepped(send: object, expected: int, events: list[str], into) -> None:  # type: ignore[no-untyped-def]
+    """Run ``send`` (and a reader) with every task step marked in ``events``."""
+    steps = _Steps(events)
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_receive, into, expected)
+            await send()  # type: ignore[operator]
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+
+
+def _one_send_per_step(events: list[str]) -> bool:
+    """No task step made two sends: the sender gave the loop back after each."""
+    sends = [i for i, e in enumerate(events) if e.startswith("send")]
+    return all("step" in events[a + 1:b] for a, b in zip(sends, sends[1:], strict=False))
+
+
+async def test_a_large_file_slice_is_sent_in_steps_that_let_other_tasks_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "seg.log"
+    path.write_bytes(os.urandom(2 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    part = FileSlice(fd, 0, 2 << 20, 0)
+    os.close(fd)
+    events: list[str] = []
+    real_sendfile = os.sendfile
+
+    def sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        events.append(f"send {count}")
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", sendfile)
+    out, into = await _pair(8 << 20)
+    await _stepped(lambda: send_parts(out, [part]), 2 << 20, events, into)
+    counts = [int(e.split()[1]) for e in events if e.startswith("send")]
+    assert SEND_STEP_BYTES <= 256 * 1024
+    assert len(counts) >= (2 << 20) // SEND_STEP_BYTES
+    assert max(counts) <= SEND_STEP_BYTES
+    assert _one_send_per_step(events)
+
+
+async def test_large_record_bytes_are_sent_in_steps_that_let_other_tasks_run() -> None:
+    data = os.urandom((1 << 20) + 5)  # a remote read's records: sent apart, in steps
+    out, into = await _pair(8 << 20)
+    events: list[str] = []
+    stream = _Recording(out, events)
+    await _stepped(lambda: send_parts(stream, [b"head", data]), len(data) + 4, events, into)
+    sizes = [int(e.split()[1]) for e in events if e.startswith("send")]
+    assert sizes[0] == 4 and sum(sizes[1:]) == len(data)
+    assert SEND_STEP_BYTES <= 256 * 1024
+    assert max(sizes) <= SEND_STEP_BYTES and len(sizes) >= 1 + len(data) // SEND_STEP_BYTES
+    assert _one_send_per_step(events)

@@ -101,6 +101,42 @@ async def test_reload_drops_log_of_recreated_topic(tmp_path, autojump_clock):
     assert not os.path.exists(tmp_path / f"{TP[0]}-{TP[1]}")
 
 
+class _Steps(trio.abc.Instrument):
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.events.append("step")
+
+
+async def test_retention_deletes_one_segment_per_loop_step(tmp_path, autojump_clock):
+    mgr = _manager(tmp_path)
+    lg = mgr.create(TP, TOPIC_ID, log_config(segment_bytes=300, retention_bytes=1))
+    for _ in range(24):
+        lg.append_as_leader(batch([b"v" * 30], timestamp=_trio_clock()), 0)
+    doomed = len(lg.segments) - 1
+    assert doomed >= 4
+    events: list[str] = []
+    remove = lg.local.remove_first_segment
+
+    def removing():  # type: ignore[no-untyped-def]
+        events.append("remove")
+        return remove()
+
+    lg.local.remove_first_segment = removing  # type: ignore[method-assign]
+    steps = _Steps(events)
+    trio.lowlevel.add_instrument(steps)
+    try:
+        await mgr._retention(lambda tp: lg.end_offset)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert events.count("remove") == doomed and len(lg.segments) == 1
+    removes = [i for i, e in enumerate(events) if e == "remove"]
+    # Other tasks (a produce) get the loop between any two deletions.
+    assert all("step" in events[a + 1:b] for a, b in zip(removes, removes[1:], strict=False))
+    lg.close()
+
+
 async def test_delete_removes_directory(tmp_path, autojump_clock):
     mgr = _manager(tmp_path)
     lg = mgr.create(TP, TOPIC_ID, log_config())
