@@ -22,13 +22,22 @@ with 0.1 ms of their own CPU during a cold catch-up). A pool's threads lower
 themselves for good when they start (``lower_thread_to_background`` as the
 pool's initializer): an unprivileged thread cannot leave SCHED_IDLE again,
 so only threads that do nothing but background work are lowered; the reads
-a fetch is waiting on keep the broker's priority.
+a fetch is waiting on keep the broker's priority. ``started_pool`` makes
+such a pool, and ``run_in_pool`` awaits one of its calls from the event loop
+(trio's own worker threads are shared, so none of them can be lowered).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+
+T = TypeVar("T")
 
 # The nice value added where SCHED_IDLE cannot be had.
 FALLBACK_NICENESS = 10
@@ -75,3 +84,39 @@ def lower_thread_to_background() -> str:
         return "nice"
     except (OSError, AttributeError):
         return "none"
+
+
+def started_pool(threads: int, name: str, background: bool = False
+                 ) -> concurrent.futures.ThreadPoolExecutor:
+    """A thread pool whose threads all run already: the executor starts a thread
+    on ``submit`` while it has fewer than its maximum, and a thread start waits
+    for the new thread to take the GIL, behind whatever threads are busy; the
+    event loop submits to these pools, and must not wait for that.
+    ``background``: its threads run in the idle scheduling class."""
+    pool = concurrent.futures.ThreadPoolExecutor(
+        threads, thread_name_prefix=name,
+        initializer=lower_thread_to_background if background else None)
+    barrier = threading.Barrier(threads + 1)
+    for _ in range(threads):
+        pool.submit(barrier.wait)
+    barrier.wait()  # every thread has started (and is idle once this returns)
+    return pool
+
+
+async def run_in_pool(pool: concurrent.futures.Executor, fn: Callable[..., T], *args: object
+                      ) -> T:
+    """``fn(*args)`` in ``pool``, awaited from the event loop (the result or
+    its exception). Cancelling the wait does not stop the call."""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+
+    def wake(_: object) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass  # the loop has stopped; nobody is waiting any more
+
+    future = pool.submit(fn, *args)
+    future.add_done_callback(wake)
+    await done.wait()
+    return future.result()

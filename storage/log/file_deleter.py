@@ -17,8 +17,14 @@ they are gone removes any ``*.deleted`` left in a log directory when it
 opens the log (``storage.log.swap.recover``, which does the same for the
 files of cleaned segments' swaps).
 
-Concurrency: ``discard`` is called on the event loop; the unlinks run in one
-worker thread at a time. Nothing is ever read from a renamed file.
+The unlinking thread is the deleter's own, in the idle scheduling class
+(``storage.worker_priority``): freeing pages is kernel work done in that
+thread's name, and on a busy core it waits for the event loop rather than
+the other way round (trio's shared worker threads keep the broker's
+priority).
+
+Concurrency: ``discard`` is called on the event loop; the unlinks run in the
+deleter's one thread. Nothing is ever read from a renamed file.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import os
 from collections.abc import Callable, Iterable
 
 import trio
+
+from storage.worker_priority import run_in_pool, started_pool
 
 DELETED_SUFFIX = ".deleted"
 
@@ -62,8 +70,12 @@ class FileDeleter:
 
     async def run(self) -> None:
         """Unlink what is discarded, batch by batch, until cancelled."""
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            paths, self._paths = self._paths, []
-            await trio.to_thread.run_sync(unlink_all, paths)
+        pool = started_pool(1, "segment-deleter", background=True)
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                paths, self._paths = self._paths, []
+                await run_in_pool(pool, unlink_all, paths)
+        finally:
+            pool.shutdown(wait=False)

@@ -88,7 +88,7 @@ from storage.remote.types import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from storage.worker_priority import lower_thread_to_background
+from storage.worker_priority import started_pool
 
 log = structlog.get_logger(__name__)
 
@@ -128,23 +128,6 @@ _STREAM_PIECE = 256 * 1024
 _MIN_FILLERS = 4
 
 _ChunkKey = tuple[uuid.UUID, int]
-
-
-def _started_pool(threads: int, name: str, background: bool = False
-                  ) -> concurrent.futures.ThreadPoolExecutor:
-    """A thread pool whose threads all run already: the executor starts a thread
-    on ``submit`` while it has fewer than its maximum, and a thread start waits
-    for the new thread to take the GIL, behind the threads streaming chunks; the
-    event loop submits prefetches, and must not wait for that. ``background``:
-    its threads run in the idle scheduling class (``storage.worker_priority``)."""
-    pool = concurrent.futures.ThreadPoolExecutor(
-        threads, thread_name_prefix=name,
-        initializer=lower_thread_to_background if background else None)
-    barrier = threading.Barrier(threads + 1)
-    for _ in range(threads):
-        pool.submit(barrier.wait)
-    barrier.wait()  # every thread has started (and is idle once this returns)
-    return pool
 
 
 class NotCached(Exception):
@@ -240,10 +223,10 @@ class ChunkCache:
         self._local = threading.local()
         self._closed = False
         # Reading ahead is background work: its threads give way to the event loop.
-        self._prefetcher = _started_pool(values["fetch.prefetch.threads"], "remote-prefetch",
+        self._prefetcher = started_pool(values["fetch.prefetch.threads"], "remote-prefetch",
                                          background=True) if self.prefetch_chunks else None
         # Finish the chunks whose first reader has its bytes and went on.
-        self._fillers = _started_pool(max(_MIN_FILLERS, values["fetch.prefetch.threads"]),
+        self._fillers = started_pool(max(_MIN_FILLERS, values["fetch.prefetch.threads"]),
                                       "remote-chunk-fill") if self.max_bytes else None
         disk_bytes = values["fetch.chunk.cache.disk.size"]
         self.disk = (DiskChunkTier(os.path.join(log_dir, DISK_DIR), disk_bytes)
