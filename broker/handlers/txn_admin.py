@@ -120,9 +120,8 @@ async def handle_describe_transactions(ctx: BrokerContext, header: RequestHeader
     resp = DescribeTransactionsResponse[header.api_version]
     coord = coordinator(ctx)
     return resp(throttle_time_ms=0, transaction_states=[
-        _described(ctx, resp.TransactionState, txn_id,
-                   listing.describe(coord.txns, coord.partitions.check(txn_id) if txn_id
-                                    else E.NONE, txn_id))
+        _described(ctx, resp.TransactionState, txn_id, listing.describe(
+            coord.txns, coord.partitions.check(txn_id) if txn_id else E.INVALID_REQUEST, txn_id))
         for txn_id in req.transactional_ids])
 
 

@@ -60,6 +60,8 @@ def test_list_describe_find_and_abort(tierd: TierdProc, tmp_path: Path) -> None:
         assert mine["state"] == "Ongoing"
         pid = mine["producer_id"]
         assert ok(b, "transactions", "list", "--producer-id", str(pid), "--json").json() == [mine]
+        table = ok(b, "transactions", "list", "--producer-id", str(pid)).stdout
+        assert "TRANSACTIONAL-ID" in table and txn_id in table and "Ongoing" in table
         assert txn_id not in {t["transactional_id"] for t in ok(
             b, "transactions", "list", "--state", "CompleteAbort", "--json").json()}
 
