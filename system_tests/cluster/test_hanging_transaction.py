@@ -15,7 +15,8 @@ written for (a producer whose AddPartitionsToTxn was lost or skipped).
 
 Then, with real clients: ``tierd admin transactions find-hanging`` names the
 producer; the Java 4.3 Admin's describeProducers shows its open transaction
-(start offset, no coordinator epoch), listTransactions / describeTransactions
+(start offset, no coordinator epoch; a follower asked directly answers
+NOT_LEADER_OR_FOLLOWER), listTransactions / describeTransactions
 show that its coordinator has nothing open for that partition, and
 abortTransaction (WriteTxnMarkers to the leader) ends it: the last stable
 offset moves to the log end and a read_committed librdkafka consumer reads
@@ -120,10 +121,14 @@ def test_hanging_transaction_is_found_and_aborted(cluster: Cluster) -> None:
     assert (hanging["producer_id"], hanging["producer_epoch"], hanging["txn_start_offset"],
             hanging["transactional_id"]) == (pid, epoch, 0, txn_id)
 
-    producers, listed, described = java_admin(
+    follower = next(n for n in cluster.brokers if n != leader)
+    producers, on_follower, listed, described = java_admin(
         cluster, ["describe-producers", "--topic", topic, "--partition", "0"],
+        ["describe-producers", "--topic", topic, "--partition", "0", "--broker", str(follower)],
         ["list-transactions", "--producer-id", str(pid)],
         ["describe-transactions", "--txn-id", txn_id])
+    # Only the leader answers (a follower: NOT_LEADER_OR_FOLLOWER).
+    assert on_follower["partitions"]["0"]["error"]["class"] == "NotLeaderOrFollowerException"
     [state] = [p for p in producers["partitions"]["0"] if p["producer_id"] == pid]
     assert (state["producer_epoch"], state["txn_start_offset"], state["coordinator_epoch"]) == \
         (epoch, 0, None)
