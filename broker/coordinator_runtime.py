@@ -159,3 +159,7 @@ class CoordinatorRuntime(Generic[Loaded]):
 
     def owns(self, key: str) -> bool:
         return self.state(self.store.partition_of(key)) is S.OWNED
+
+    def loading(self) -> bool:
+        """Whether some partition is still being replayed (a listing would miss it)."""
+        return S.LOADING in self._states.values()

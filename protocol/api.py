@@ -86,8 +86,14 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),
         _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 4),
         _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 4),
-        # Between brokers: markers from a transaction coordinator to partition leaders.
+        # Markers from a transaction coordinator to partition leaders, or an
+        # operator's abort of a hanging transaction (Admin.abortTransaction).
         _spec(producer.WriteTxnMarkersRequest, producer.WriteTxnMarkersResponse, 1, 1),
+        # KIP-664 tooling (broker/handlers/txn_admin.py); ListTransactions v2's
+        # regular-expression filter (Java syntax) is not offered.
+        _spec(admin.DescribeProducersRequest, admin.DescribeProducersResponse, 0, 0),
+        _spec(admin.DescribeTransactionsRequest, admin.DescribeTransactionsResponse, 0, 0),
+        _spec(admin.ListTransactionsRequest, admin.ListTransactionsResponse, 0, 1),
         # Inter-broker (ZooKeeper-mode controller; broker/handlers/inter_broker.py).
         *(_spec(req, resp, lo, hi) for req, resp, lo, hi in broker_apis.INTER_BROKER.values()),
         # Security (broker/security, broker/handlers/security.py).

@@ -409,6 +409,15 @@ ROWS = [
         (WRITE_X, READ_G, READ_T), (READ_G, READ_T)),
     Row("WriteTxnMarkers", 1, kp.WriteTxnMarkersResponse, _markers, CLUSTER_ERR,
         ((CLUSTER, KC, LITERAL, "CLUSTER_ACTION"),)),
+    Row("WriteTxnMarkers-alter", 1, kp.WriteTxnMarkersResponse, _markers, CLUSTER_ERR,
+        ((CLUSTER, KC, LITERAL, "ALTER"),)),
+    Row("DescribeProducers", 0, ka.DescribeProducersResponse,
+        lambda: ka.DescribeProducersRequest[0](topics=[sub(
+            ka.DescribeProducersRequest[0], "topics")(name=T, partition_indexes=[0])]),
+        TOPIC_ERR, (READ_T,), ((TOPIC, T, LITERAL, "DESCRIBE"),)),
+    Row("DescribeTransactions", 0, ka.DescribeTransactionsResponse,
+        lambda: ka.DescribeTransactionsRequest[0](transactional_ids=[X]), TXN_ERR,
+        ((TXN, X, LITERAL, "DESCRIBE"),)),
     Row("DescribeAcls", 2, ka.DescribeAclsResponse,
         lambda: ka.DescribeAclsRequest[2](**ACL_FILTER),
         CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "DESCRIBE"),)),
@@ -513,6 +522,34 @@ def test_unauthorized_topics_are_hidden_and_groups_filtered(acl_broker: AclBroke
     assert denied >= denied_before + 2  # the hidden topics and the hidden group
     log = acl_broker.broker.log_text()
     assert "request not authorized" in log and "resource=acl-victim" in log
+
+
+def test_list_transactions_shows_only_describable_ids(acl_broker: AclBroker) -> None:
+    acl_broker.revoke_all()
+    admin = acl_broker.admin_conn()
+    try:
+        made = admin.call(kp.InitProducerIdRequest[3](
+            transactional_id=X, transaction_timeout_ms=60000, producer_id=-1,
+            producer_epoch=-1), 3, kp.InitProducerIdResponse)
+        assert made.error_code == 0
+    finally:
+        admin.close()
+    conn = acl_broker.alice()
+
+    def listed() -> list[str]:
+        resp = conn.call(ka.ListTransactionsRequest[1](state_filters=[], producer_id_filters=[],
+                                                       duration_filter=-1),
+                         1, ka.ListTransactionsResponse)
+        assert resp.error_code == 0
+        return [t.transactional_id for t in resp.transaction_states]
+
+    try:
+        assert X not in listed()
+        acl_broker.grant([(TXN, X, LITERAL, "DESCRIBE")])
+        assert X in listed()
+    finally:
+        conn.close()
+        acl_broker.revoke_all()
 
 
 # -- real clients -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from broker.handlers import (
     security,
     tiering,
     transactions,
+    txn_admin,
 )
 from protocol.api import RequestHeader
 
@@ -41,5 +42,5 @@ Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions, inter_broker, reassignments, tiering, security, acls):
+                transactions, txn_admin, inter_broker, reassignments, tiering, security, acls):
     HANDLERS.update(_module.HANDLERS)

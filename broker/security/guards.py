@@ -32,6 +32,7 @@ from typing import Any
 from broker.context import BrokerContext, Session
 from broker.security import group_guards as gg
 from broker.security import topic_guards as tg
+from broker.security import txn_guards
 from broker.security.access import Access, item_class, response_class
 from broker.security.acl import CLUSTER_NAME, Authorizer
 from broker.security.acl import Operation as Op
@@ -259,17 +260,6 @@ def _describe_acls_denied(header: RequestHeader, req: Any) -> Any:
                                   error_message=CLUSTER_DENIED.name, resources=[])
 
 
-def _markers_denied(header: RequestHeader, req: Any) -> Any:
-    resp = response_class(header)
-    marker = item_class(resp, "markers")
-    topic = item_class(marker, "topics")
-    part = item_class(topic, "partitions")
-    return resp(markers=[marker(producer_id=m.producer_id, topics=[topic(
-        name=t.name, partitions=[part(partition_index=p, error_code=CLUSTER_DENIED)
-                                 for p in t.partition_indexes]) for t in m.topics])
-        for m in req.markers])
-
-
 GUARDS: dict[int, Guard] = {
     0: tg.produce,
     1: tg.fetch,
@@ -294,7 +284,6 @@ GUARDS: dict[int, Guard] = {
     24: gg.add_partitions_to_txn,
     25: add_offsets_to_txn,
     26: end_txn,
-    27: on_cluster(Op.CLUSTER_ACTION, _markers_denied),  # WriteTxnMarkers
     28: gg.txn_offset_commit,
     29: on_cluster(Op.DESCRIBE, _describe_acls_denied),  # DescribeAcls
     30: on_cluster(Op.ALTER, _each("creations")),  # CreateAcls
@@ -315,6 +304,8 @@ GUARDS: dict[int, Guard] = {
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
     60: describe_cluster,
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
+    # WriteTxnMarkers and the KIP-664 transaction tooling.
+    **txn_guards.GUARDS,
     # Between brokers (ZooKeeper-mode controller and ISR changes).
     **{key: on_cluster(Op.CLUSTER_ACTION) for key in broker_apis.INTER_BROKER},
 }

@@ -37,6 +37,11 @@
 //       describe-configs (--topic T | --broker ID)
 //       alter-configs (--topic T | --broker ID) [--set k=v]... [--delete k]...
 //       delete-topics --topic T...         describe-cluster
+//       list-transactions [--state S]... [--producer-id PID]... [--duration-ms MS]
+//       describe-transactions --txn-id ID...
+//       describe-producers --topic T --partition P... [--broker ID]
+//       abort-transaction --topic T --partition P --producer-id PID --producer-epoch E
+//                         --coordinator-epoch CE
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -476,6 +481,8 @@ public final class KafkaTool {
                     case "create-acls" -> createAcls(admin, args.all("acl"));
                     case "describe-acls" -> describeAcls(admin);
                     case "delete-acls" -> deleteAcls(admin, args.all("acl"));
+                    case "list-transactions", "describe-transactions", "describe-producers",
+                         "abort-transaction" -> TransactionOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -666,6 +673,111 @@ public final class KafkaTool {
             body.put("controller", controller == null ? null : controller.id());
             body.put("nodes", nodes);
             return body;
+        }
+    }
+
+    /** The KIP-664 transaction tooling calls of the Admin client (kafka-transactions). */
+    static final class TransactionOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "list-transactions" -> list(admin, args);
+                case "describe-transactions" -> describe(admin, args.all("txn-id"));
+                case "describe-producers" -> producers(admin, args);
+                case "abort-transaction" -> abort(admin, args);
+                default -> throw new IllegalArgumentException("unknown op " + args.positional().get(0));
+            };
+        }
+
+        static Map<String, Object> list(Admin admin, Args args) throws Exception {
+            var options = new org.apache.kafka.clients.admin.ListTransactionsOptions();
+            List<org.apache.kafka.clients.admin.TransactionState> states = new ArrayList<>();
+            for (String s : args.all("state")) states.add(org.apache.kafka.clients.admin.TransactionState.parse(s));
+            if (!states.isEmpty()) options.filterStates(states);
+            List<Long> pids = new ArrayList<>();
+            for (String p : args.all("producer-id")) pids.add(Long.parseLong(p));
+            if (!pids.isEmpty()) options.filterProducerIds(pids);
+            String duration = args.get("duration-ms", null);
+            if (duration != null) options.filterOnDuration(Long.parseLong(duration));
+            List<Object> out = new ArrayList<>();
+            for (var t : admin.listTransactions(options).all().get()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("transactional_id", t.transactionalId());
+                m.put("producer_id", t.producerId());
+                m.put("state", t.state().toString());
+                out.add(m);
+            }
+            out.sort((a, b) -> String.valueOf(((Map<?, ?>) a).get("transactional_id"))
+                    .compareTo(String.valueOf(((Map<?, ?>) b).get("transactional_id"))));
+            return Map.of("transactions", out);
+        }
+
+        static Map<String, Object> describe(Admin admin, List<String> ids) throws Exception {
+            Map<String, Object> out = new TreeMap<>();
+            var futures = admin.describeTransactions(ids);
+            for (String id : ids) {
+                try {
+                    var d = futures.description(id).get();
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("coordinator", d.coordinatorId());
+                    m.put("state", d.state().toString());
+                    m.put("producer_id", d.producerId());
+                    m.put("producer_epoch", d.producerEpoch());
+                    m.put("timeout_ms", d.transactionTimeoutMs());
+                    m.put("start_ms", d.transactionStartTimeMs().isPresent()
+                            ? d.transactionStartTimeMs().getAsLong() : null);
+                    List<String> tps = new ArrayList<>();
+                    for (TopicPartition tp : d.topicPartitions()) tps.add(tp.topic() + ":" + tp.partition());
+                    Collections.sort(tps);
+                    m.put("partitions", tps);
+                    out.put(id, m);
+                } catch (ExecutionException e) {
+                    out.put(id, Map.of("error", describeError(e)));
+                }
+            }
+            return Map.of("transactions", out);
+        }
+
+        static Map<String, Object> producers(Admin admin, Args args) throws Exception {
+            String topic = args.required("topic");
+            List<TopicPartition> tps = new ArrayList<>();
+            for (String p : args.all("partition")) tps.add(new TopicPartition(topic, Integer.parseInt(p)));
+            var options = new org.apache.kafka.clients.admin.DescribeProducersOptions();
+            String broker = args.get("broker", null);
+            if (broker != null) options.brokerId(Integer.parseInt(broker));
+            var result = admin.describeProducers(tps, options);
+            Map<String, Object> out = new TreeMap<>();
+            for (TopicPartition tp : tps) {
+                try {
+                    List<Object> rows = new ArrayList<>();
+                    for (var s : result.partitionResult(tp).get().activeProducers()) {
+                        Map<String, Object> m = new LinkedHashMap<>();
+                        m.put("producer_id", s.producerId());
+                        m.put("producer_epoch", s.producerEpoch());
+                        m.put("last_sequence", s.lastSequence());
+                        m.put("last_timestamp", s.lastTimestamp());
+                        m.put("coordinator_epoch", s.coordinatorEpoch().isPresent()
+                                ? s.coordinatorEpoch().getAsInt() : null);
+                        m.put("txn_start_offset", s.currentTransactionStartOffset().isPresent()
+                                ? s.currentTransactionStartOffset().getAsLong() : null);
+                        rows.add(m);
+                    }
+                    out.put(String.valueOf(tp.partition()), rows);
+                } catch (ExecutionException e) {
+                    out.put(String.valueOf(tp.partition()), Map.of("error", describeError(e)));
+                }
+            }
+            return Map.of("partitions", out);
+        }
+
+        static Map<String, Object> abort(Admin admin, Args args) throws Exception {
+            TopicPartition tp = new TopicPartition(args.required("topic"),
+                    Integer.parseInt(args.required("partition")));
+            var spec = new org.apache.kafka.clients.admin.AbortTransactionSpec(tp,
+                    Long.parseLong(args.required("producer-id")),
+                    Short.parseShort(args.required("producer-epoch")),
+                    Integer.parseInt(args.required("coordinator-epoch")));
+            admin.abortTransaction(spec).all().get();
+            return Map.of("aborted", tp.topic() + ":" + tp.partition());
         }
     }
 
