@@ -68,6 +68,8 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("delete.topic.enable", T.BOOLEAN, True, "Allow DeleteTopics."),
     ConfigDef("message.max.bytes", T.INT, 1048588, "Largest record batch.", at_least=0),
     ConfigDef("socket.request.max.bytes", T.INT, 104857600, "Largest request.", at_least=1),
+    ConfigDef("max.request.partition.size.limit", T.INT, 2000,
+              "Most partitions one DescribeTopicPartitions answer holds.", at_least=1),
     ConfigDef("log.segment.bytes", T.INT, 1073741824, "Segment size.", at_least=14),
     ConfigDef("log.roll.ms", T.LONG, None, "Segment age before roll.", at_least=1),
     ConfigDef("log.roll.hours", T.INT, 168, "Segment age before roll, hours.", at_least=1),

@@ -63,6 +63,10 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
         _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
         _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
+        # KIP-966 paged topic descriptions (broker/topic_partitions_page.py).
+        _spec(admin.DescribeTopicPartitionsRequest, admin.DescribeTopicPartitionsResponse, 0, 0),
+        # Preferred and unclean elections on demand (cluster mode: the controller).
+        _spec(admin.ElectLeadersRequest, admin.ElectLeadersResponse, 0, 2),
         # KIP-455 partition reassignment (cluster mode: the controller takes them).
         _spec(admin.AlterPartitionReassignmentsRequest,
               admin.AlterPartitionReassignmentsResponse, 0, 0),

@@ -48,7 +48,8 @@ import trio
 from config import BrokerConfig
 from protocol.errors import ErrorCode
 from protocol.partition import TopicPartition
-from replication import elections
+from replication import admin_elections, elections
+from replication.admin_elections import ElectionType, TopicResults
 from replication.controller_channel import ControllerChannel
 from replication.controller_context import ControllerContext
 from replication.controller_elections import Elector
@@ -344,6 +345,15 @@ class Controller:
             if not self.active:
                 return None
             return self.reassigner.ongoing(wanted)
+
+    async def elect_leaders(self, kind: ElectionType, wanted: list[tuple[str, list[int]]] | None
+                            ) -> TopicResults | None:
+        """Elections an operator asked for (``admin_elections``); None if this
+        broker is not the controller."""
+        async with self.lock:
+            if not self.active:
+                return None
+            return await admin_elections.elect(self.ctx, self.elector, self.stats, kind, wanted)
 
     async def controlled_shutdown(self, broker: int, broker_epoch: int
                                   ) -> tuple[str, list[TopicPartition]]:

@@ -62,7 +62,7 @@ max.connections.per.ip max.connections.per.ip.overrides max.connection.creation.
 connections.max.idle.ms quota.window.num quota.window.size.seconds
 authorizer.class.name super.users allow.everyone.if.no.acl.found connections.max.reauth.ms log.dirs log.dir num.partitions
 default.replication.factor auto.create.topics.enable delete.topic.enable message.max.bytes
-socket.request.max.bytes log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
+socket.request.max.bytes max.request.partition.size.limit log.segment.bytes log.roll.ms log.roll.hours log.roll.jitter.ms
 log.roll.jitter.hours log.index.size.max.bytes log.index.interval.bytes
 log.flush.interval.messages log.flush.interval.ms log.flush.scheduler.interval.ms
 log.flush.offset.checkpoint.interval.ms log.retention.ms log.retention.minutes

@@ -418,6 +418,15 @@ ROWS = [
     Row("DescribeTransactions", 0, ka.DescribeTransactionsResponse,
         lambda: ka.DescribeTransactionsRequest[0](transactional_ids=[X]), TXN_ERR,
         ((TXN, X, LITERAL, "DESCRIBE"),)),
+    Row("DescribeTopicPartitions", 0, ka.DescribeTopicPartitionsResponse,
+        lambda: ka.DescribeTopicPartitionsRequest[0](
+            topics=[sub(ka.DescribeTopicPartitionsRequest[0], "topics")(name=T)],
+            response_partition_limit=100, cursor=None),
+        TOPIC_ERR, ((TOPIC, T, LITERAL, "DESCRIBE"),)),
+    Row("ElectLeaders", 2, ka.ElectLeadersResponse, lambda: ka.ElectLeadersRequest[2](
+        election_type=0, timeout_ms=5000, topic_partitions=[sub(
+            ka.ElectLeadersRequest[2], "topic_partitions")(topic=T, partitions=[0])]),
+        CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "ALTER"),)),
     Row("DescribeAcls", 2, ka.DescribeAclsResponse,
         lambda: ka.DescribeAclsRequest[2](**ACL_FILTER),
         CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "DESCRIBE"),)),
@@ -547,6 +556,31 @@ def test_list_transactions_shows_only_describable_ids(acl_broker: AclBroker) -> 
         assert X not in listed()
         acl_broker.grant([(TXN, X, LITERAL, "DESCRIBE")])
         assert X in listed()
+    finally:
+        conn.close()
+        acl_broker.revoke_all()
+
+
+def test_describe_topic_partitions_shows_what_alice_may_describe(acl_broker: AclBroker) -> None:
+    acl_broker.revoke_all()
+    acl_broker.grant([(TOPIC, T, LITERAL, "READ")])  # READ implies DESCRIBE
+    req_cls = ka.DescribeTopicPartitionsRequest[0]
+
+    def describe(names: list[str]) -> Any:
+        return conn.call(req_cls(topics=[sub(req_cls, "topics")(name=n) for n in names],
+                                 response_partition_limit=100, cursor=None),
+                         0, ka.DescribeTopicPartitionsResponse)
+
+    conn = acl_broker.alice()
+    try:
+        listing = describe([])
+        assert [t.name for t in listing.topics] == [T]
+        # READ and DESCRIBE (bits 3 and 8) are what alice may do on it.
+        assert listing.topics[0].topic_authorized_operations == (1 << 3) | (1 << 8)
+        named = describe(["acl-victim", T])
+        assert [(t.name, t.error_code, t.topic_id, t.partitions) for t in named.topics][1:] == [
+            ("acl-victim", ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, [])]
+        assert (named.topics[0].name, named.topics[0].error_code) == (T, 0)
     finally:
         conn.close()
         acl_broker.revoke_all()

@@ -20,6 +20,7 @@ from broker.handlers import (
     admin_topics,
     api_versions,
     cluster,
+    elect_leaders,
     fetch,
     groups,
     init_producer_id,
@@ -32,6 +33,7 @@ from broker.handlers import (
     reassignments,
     security,
     tiering,
+    topic_partitions,
     transactions,
     txn_admin,
 )
@@ -42,5 +44,6 @@ Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
                 admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
-                transactions, txn_admin, inter_broker, reassignments, tiering, security, acls):
+                transactions, txn_admin, inter_broker, reassignments, tiering, security, acls,
+                topic_partitions, elect_leaders):
     HANDLERS.update(_module.HANDLERS)

@@ -260,6 +260,17 @@ def _describe_acls_denied(header: RequestHeader, req: Any) -> Any:
                                   error_message=CLUSTER_DENIED.name, resources=[])
 
 
+def _elect_leaders_denied(header: RequestHeader, req: Any) -> Any:
+    """Every partition named, and the request (v1+), refused (none named: none listed)."""
+    resp = response_class(header)
+    topic = item_class(resp, "replica_election_results")
+    part = item_class(topic, "partition_result")
+    return resp(throttle_time_ms=0, error_code=CLUSTER_DENIED, replica_election_results=[
+        topic(topic=t.topic, partition_result=[
+            part(partition_id=p, error_code=CLUSTER_DENIED, error_message=CLUSTER_DENIED.name)
+            for p in t.partitions]) for t in req.topic_partitions or []])
+
+
 GUARDS: dict[int, Guard] = {
     0: tg.produce,
     1: tg.fetch,
@@ -294,6 +305,7 @@ GUARDS: dict[int, Guard] = {
     36: open_to_all,  # SaslAuthenticate
     37: tg.create_partitions,
     42: delete_groups,
+    43: on_cluster(Op.ALTER, _elect_leaders_denied),  # ElectLeaders
     44: tg.alter_configs,  # IncrementalAlterConfigs
     45: on_cluster(Op.ALTER),  # AlterPartitionReassignments
     46: on_cluster(Op.DESCRIBE),  # ListPartitionReassignments
@@ -303,6 +315,7 @@ GUARDS: dict[int, Guard] = {
     50: on_cluster(Op.DESCRIBE),  # DescribeUserScramCredentials
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
     60: describe_cluster,
+    75: tg.describe_topic_partitions,
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
     # WriteTxnMarkers and the KIP-664 transaction tooling.
     **txn_guards.GUARDS,

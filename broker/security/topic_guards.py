@@ -14,6 +14,7 @@ from broker.security.access import Access, body_of, item_class, response_class
 from broker.security.acl import CLUSTER_NAME
 from broker.security.acl import Operation as Op
 from broker.security.acl import ResourceType as R
+from broker.topic_partitions_page import describe_page, operations_bitfield
 from protocol import tierd_apis
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
@@ -196,6 +197,21 @@ async def metadata(access: Access, header: RequestHeader, req: Any, handler: Han
     if getattr(req, "include_cluster_authorized_operations", False):
         body_of(response).authorized_operations = access.operations(R.CLUSTER, CLUSTER_NAME)
     return response
+
+
+async def describe_topic_partitions(access: Access, header: RequestHeader, req: Any,
+                                    handler: Handler) -> Any:
+    """DESCRIBE on each topic: named ones refused are answered
+    TOPIC_AUTHORIZATION_FAILED, the all-topics listing skips them silently;
+    each topic carries the principal's authorized operations. The page is
+    built here, from what the principal may see (the handler is the same
+    page for a broker without an authorizer)."""
+    quiet = not req.topics
+    return describe_page(
+        access.ctx.metadata, req, access.session.listener,
+        access.ctx.config["max.request.partition.size.limit"],
+        lambda name: access.allows(Op.DESCRIBE, R.TOPIC, name, quiet=quiet),
+        lambda name: operations_bitfield(access.operations(R.TOPIC, name)))
 
 
 def _may_create(access: Access, name: str) -> bool:

@@ -483,6 +483,8 @@ public final class KafkaTool {
                     case "delete-acls" -> deleteAcls(admin, args.all("acl"));
                     case "list-transactions", "describe-transactions", "describe-producers",
                          "abort-transaction" -> TransactionOps.run(admin, args);
+                    case "describe-topics-paged" -> describeTopicsPaged(admin, args);
+                    case "elect-leaders" -> electLeaders(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -659,6 +661,55 @@ public final class KafkaTool {
             for (var b : admin.deleteAcls(filters).all().get()) out.add(text(b));
             Collections.sort(out);
             return Map.of("deleted", out);
+        }
+
+        // -- DescribeTopicPartitions paging and ElectLeaders (issue 25) --------------
+
+        /** describeTopics with a partition limit per DescribeTopicPartitions response
+         * (the Admin follows the broker's cursor page by page); topics by name, or all. */
+        static Map<String, Object> describeTopicsPaged(Admin admin, Args args) throws Exception {
+            var options = new org.apache.kafka.clients.admin.DescribeTopicsOptions()
+                    .partitionSizeLimitPerResponse(Integer.parseInt(args.get("limit", "2000")));
+            List<String> names = args.all("topic");
+            if (names.isEmpty()) names = new ArrayList<>(admin.listTopics().names().get());
+            Map<String, Object> topics = new TreeMap<>();
+            for (TopicDescription d : admin.describeTopics(names, options).allTopicNames().get().values()) {
+                List<Object> partitions = new ArrayList<>();
+                for (TopicPartitionInfo info : d.partitions()) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("partition", info.partition());
+                    m.put("leader", info.leader() == null ? null : info.leader().id());
+                    m.put("replicas", nodeIds(info.replicas()));
+                    m.put("isr", nodeIds(info.isr()));
+                    m.put("elr", info.elr() == null ? null : nodeIds(info.elr()));
+                    m.put("last_known_elr", info.lastKnownElr() == null ? null : nodeIds(info.lastKnownElr()));
+                    partitions.add(m);
+                }
+                topics.put(d.name(), Map.of("topic_id", String.valueOf(d.topicId()),
+                        "internal", d.isInternal(), "partitions", partitions));
+            }
+            return Map.of("topics", topics);
+        }
+
+        /** electLeaders(--election-type preferred|unclean, --partition topic:p ... or all):
+         * per partition, null when elected, else the error's class name. */
+        static Map<String, Object> electLeaders(Admin admin, Args args) throws Exception {
+            var type = org.apache.kafka.common.ElectionType.valueOf(
+                    args.get("election-type", "preferred").toUpperCase(java.util.Locale.ROOT));
+            java.util.Set<TopicPartition> partitions = null;
+            if (!args.all("partition").isEmpty()) {
+                partitions = new java.util.HashSet<>();
+                for (String spec : args.all("partition")) {
+                    int colon = spec.lastIndexOf(':');
+                    partitions.add(new TopicPartition(spec.substring(0, colon),
+                            Integer.parseInt(spec.substring(colon + 1))));
+                }
+            }
+            Map<String, Object> out = new TreeMap<>();
+            admin.electLeaders(type, partitions).partitions().get().forEach((tp, error) ->
+                    out.put(tp.topic() + ":" + tp.partition(),
+                            error.map(e -> (Object) e.getClass().getSimpleName()).orElse(null)));
+            return Map.of("partitions", out);
         }
 
         static Map<String, Object> describeCluster(Admin admin) throws Exception {
