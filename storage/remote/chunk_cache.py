@@ -63,7 +63,6 @@ split, those invariants would span files (the disk tier is already
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import io
