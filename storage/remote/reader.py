@@ -294,7 +294,7 @@ def offset_for_timestamp_blocking(rsm: RemoteStorageManager, cache: RemoteIndexC
     indexes = indexes_for(cache, rsm, md)
     start_offset = max(indexes.offset_for_timestamp(timestamp), floor_offset, md.start_offset)
     position = indexes.position_for(start_offset)
-    data = _fetch(rsm, md, position, md.segment_size_in_bytes - position)
+    data = bytes(_fetch(rsm, md, position, md.segment_size_in_bytes - position))
     previous_last = md.start_offset - 1
     parsed_to = 0
     for header in records.iter_headers(data):

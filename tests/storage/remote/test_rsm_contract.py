@@ -50,6 +50,23 @@ def test_ranged_fetch(backend: Backend, segments: SegmentFactory, start: int,
     assert backend.rsm.fetch_log_segment(seg.metadata, start, end) == seg.log[start:stop]
 
 
+@pytest.mark.parametrize("start,end", [(0, None), (100, 5000), (SIZE - 1, None),
+                                       (5000, SIZE + 1_000_000)])
+def test_open_log_segment_streams_the_range(backend: Backend, segments: SegmentFactory,
+                                            start: int, end: int | None) -> None:
+    seg = segments.make(SIZE)
+    backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
+    stop = SIZE if end is None else min(end, SIZE - 1) + 1
+    stream = backend.rsm.open_log_segment(seg.metadata, start, end)
+    got = bytearray()
+    try:
+        while piece := stream.read(1000):
+            got += piece
+    finally:
+        stream.close()
+    assert bytes(got) == seg.log[start:stop]
+
+
 def test_bad_ranges(backend: Backend, segments: SegmentFactory) -> None:
     seg = segments.make(SIZE)
     backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
@@ -176,6 +193,9 @@ def test_stored_log_of_wrong_size_is_an_error_not_data(backend: Backend, segment
     for start, end in [(0, None), (0, 99), (SIZE // 2 - 10, SIZE // 2 + 10)]:
         with pytest.raises(RemoteStorageError) as info:
             backend.rsm.fetch_log_segment(seg.metadata, start, end)
+        assert not isinstance(info.value, RemoteResourceNotFoundError)
+        with pytest.raises(RemoteStorageError) as info:
+            backend.rsm.open_log_segment(seg.metadata, start, end).close()
         assert not isinstance(info.value, RemoteResourceNotFoundError)
 
 
