@@ -297,7 +297,11 @@ class LogCleaner:
             await worker.call("end_pass")
         finally:
             if retired:
-                await trio.to_thread.run_sync(unlink_all, retired)
+                # The broker's deleter (an idle-class thread), as for retention.
+                if lg.local.discard is not None:
+                    lg.local.discard(retired)
+                else:
+                    await trio.to_thread.run_sync(unlink_all, retired)
         self.checkpoints[c.tp] = mapped.map_end
         await self.write_checkpoint()
         elapsed = time.monotonic() - started

@@ -132,6 +132,19 @@ async def test_keeps_last_value_per_key_at_its_offset(env):
     assert first.offset == min(o for o in offsets if o >= removed)
 
 
+async def test_replaced_segment_files_go_to_the_logs_deleter(env):
+    discarded: list[str] = []
+    lg = env.open(discard=discarded.extend)
+    for i in range(60):
+        put(lg, [(f"k{i % 7}".encode(), f"v{i}".encode().ljust(40, b"."))])
+    roll(lg)
+    assert await clean(env, lg)
+    # Renamed aside, handed to the deleter (unlinked by its idle-class thread), not unlinked here.
+    assert discarded and all(p.endswith(".deleted") and os.path.exists(p) for p in discarded)
+    assert any(p.endswith(".log.deleted") for p in discarded)
+    assert len(everything(lg)) == 7
+
+
 async def test_reopened_cleaned_log_is_the_same(env):
     lg = env.open()
     for i in range(40):
