@@ -140,6 +140,14 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
     rsm_settings = plugin_configs(config.values, RSM_PREFIX)
     rsm_class = config["remote.log.storage.manager.class.name"]
     if rsm_class == "filesystem" and "dir" not in rsm_settings:
+        if cluster:
+            # A default beside each broker's log dir would give every broker a
+            # private tier: a new leader would find none of the old leader's
+            # segments, and the RLMM would list segments no broker can read.
+            raise ConfigError(RSM_PREFIX + "dir", None,
+                              "a cluster needs one remote tier that every broker shares: set "
+                              "it to a directory all brokers mount, or use another "
+                              "remote.log.storage.manager.class.name (s3)")
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
     rsm_settings, chunk_settings = chunk_cache.split_settings(rsm_settings)
     rsm = load_rsm(rsm_class, rsm_settings)

@@ -313,7 +313,9 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
          "key named in its default column.", topic_rows),
         ("Remote storage manager keys (rsm.config.*)", "Passed, prefix stripped, to the "
          "storage manager named by `remote.log.storage.manager.class.name`. With the "
-         "`filesystem` manager and no `rsm.config.dir`, the broker uses `<log dir>-remote`. "
+         "`filesystem` manager and no `rsm.config.dir`, a single broker uses "
+         "`<log dir>-remote`; a broker of a cluster (`zookeeper.connect` set) refuses to "
+         "start, since each broker would get a private tier that no other broker can read. "
          "Keys the chosen manager does not know are logged (names only) and ignored.",
          rsm_rows),
         ("Remote log metadata manager keys (rlmm.config.*)", "Read by the built-in "
