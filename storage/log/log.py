@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
+import trio
 
 from config.topic import LogConfig
 from protocol import records
@@ -257,6 +258,27 @@ class Log:
     def producer_snapshot_for(self, seg: LogSegment) -> str | None:
         """The snapshot taken when ``seg`` was rolled (at the next segment's base), if kept."""
         return self.producer_upkeep.snapshot_for(seg)
+
+    async def producer_snapshot_ready(self, seg: LogSegment) -> str | None:
+        """``producer_snapshot_for``, made again if it is gone (a tiered segment
+        must carry one: a follower rebuilt from the tier starts from it). The
+        batches are replayed in a worker thread. None for the active segment,
+        or if the segment went while it was being replayed."""
+        path = self.producer_upkeep.snapshot_for(seg)
+        if path is not None:
+            return path
+        plan = self.producer_upkeep.replay_for(seg)
+        if plan is None:
+            return None
+        try:
+            entries = await trio.to_thread.run_sync(plan.run)
+        except OSError as exc:
+            log.warning("producer snapshot could not be made again", topic=self.topic,
+                        partition=self.partition, offset=plan.offset, error=str(exc))
+            return None
+        log.info("producer snapshot made again for a closed segment", topic=self.topic,
+                 partition=self.partition, offset=plan.offset, replayed_from=plan.start)
+        return self.producer_upkeep.save(plan.offset, entries)
 
     def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), for a read_committed

@@ -29,6 +29,7 @@ Concurrency: event loop only, like the log that owns it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import structlog
 
@@ -101,20 +102,7 @@ class ProducerUpkeep:
     def markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
                 ) -> list[EndTxnMarker | None] | None:
         """The transaction marker of each control batch (None elsewhere; None if none)."""
-        if not any(h.is_control for h in headers):
-            return None
-        out: list[EndTxnMarker | None] = []
-        for h in headers:
-            marker = None
-            if h.is_control:
-                try:
-                    marker = read_marker(data, h)
-                except KafkaApiError as exc:
-                    log.warning("unreadable control batch", topic=self.local.topic,
-                                partition=self.local.partition, offset=h.base_offset,
-                                error=exc.message)
-            out.append(marker)
-        return out
+        return _markers(data, headers, self.local.topic, self.local.partition)
 
     def update(self, seg: LogSegment, headers: list[records.BatchHeader],
                markers: list[EndTxnMarker | None] | None) -> None:
@@ -151,6 +139,39 @@ class ProducerUpkeep:
             return None
         return self.snapshots.existing(segments[i + 1].base_offset)
 
+    def replay_for(self, seg: LogSegment) -> SnapshotReplay | None:
+        """For a closed ``seg`` whose roll-time snapshot is gone (pruned before
+        tiering was turned on for the topic, or lost in a crash): how to make
+        it again, from the newest readable older snapshot (or the first
+        segment) and the batches after it. None if it exists, or ``seg`` is
+        the active segment."""
+        segments = self.local.segments
+        i = next((n for n, s in enumerate(segments) if s is seg), len(segments))
+        if i + 1 >= len(segments):
+            return None
+        offset = segments[i + 1].base_offset
+        if self.snapshots.existing(offset) is not None:
+            return None
+        start, entries = self.local.base_offset, []
+        for older in reversed(self.snapshots.offsets()):
+            if older > offset or older < start:
+                continue
+            try:
+                entries = self.snapshots.read(older)
+            except (CorruptSnapshot, OSError):
+                continue
+            start = older
+            break
+        covering = [s for n, s in enumerate(segments[:i + 1])
+                    if segments[n + 1].base_offset > start]
+        return SnapshotReplay(self.local.topic, self.local.partition, offset, start, entries,
+                              covering)
+
+    def save(self, offset: int, entries: list[SnapshotEntry]) -> str:
+        """Write the snapshot at ``offset``; returns its path."""
+        self.snapshots.write(offset, entries)
+        return self.snapshots.path(offset)
+
     def reset(self, next_offset: int, entries: list[SnapshotEntry]) -> None:
         """The log restarts at ``next_offset`` with the producer state ``entries``
         (of data only the remote tier holds): it becomes the only snapshot."""
@@ -165,3 +186,60 @@ class ProducerUpkeep:
         if (end > self.local.base_offset and os.path.isdir(self.local.directory)
                 and self.snapshots.existing(end) is None):
             self.snapshots.write(end, self.state.snapshot_entries())
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotReplay:
+    """The producer state at ``offset`` (a closed segment's end), to be made
+    from the state at ``start`` and the batches of ``segments`` in between.
+
+    Concurrency: ``run`` only reads closed segments, so it may run in a worker
+    thread while the log takes appends; a segment deleted under it (retention)
+    makes it raise OSError.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    start: int
+    entries: list[SnapshotEntry]
+    segments: list[LogSegment]
+
+    def run(self) -> list[SnapshotEntry]:
+        state = ProducerStateManager()
+        state.load_snapshot(self.entries)
+        for seg in self.segments:
+            position = seg.index.lookup(self.start)[1] if seg.base_offset <= self.start else 0
+            for batch in seg.iter_batches(position):
+                if batch.base_offset < self.start:
+                    continue
+                if batch.base_offset >= self.offset:
+                    return state.snapshot_entries()
+                head = seg.read_batch_bytes_header(batch)
+                if head.producer_id < 0:
+                    continue
+                markers = None
+                if head.is_control:
+                    data = seg.read_batch_bytes(batch)
+                    markers = _markers(data, [records.parse_header(data, 0)], self.topic,
+                                       self.partition)
+                state.update([head], markers)
+        return state.snapshot_entries()
+
+
+def _markers(data: bytes | bytearray, headers: list[records.BatchHeader], topic: str,
+             partition: int) -> list[EndTxnMarker | None] | None:
+    """The transaction marker of each control batch (None elsewhere; None if none)."""
+    if not any(h.is_control for h in headers):
+        return None
+    out: list[EndTxnMarker | None] = []
+    for h in headers:
+        marker = None
+        if h.is_control:
+            try:
+                marker = read_marker(data, h)
+            except KafkaApiError as exc:
+                log.warning("unreadable control batch", topic=topic, partition=partition,
+                            offset=h.base_offset, error=exc.message)
+        out.append(marker)
+    return out

@@ -85,8 +85,9 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
     md = RemoteLogSegmentMetadata(
         RemoteLogSegmentId.generate(p.tip), seg.base_offset, seg.last_offset,
         seg.max_timestamp, svc.node_id, svc.clock(), epochs, seg.size)
+    snapshot = await lg.producer_snapshot_ready(seg)
     data = LogSegmentData(seg.log_path, seg.index.path, seg.time_index.path,
-                          seg.txn_index.existing_path, lg.producer_snapshot_for(seg),
+                          seg.txn_index.existing_path, snapshot,
                           checkpoint.format_epochs(entries).encode())
     topic = p.tip.topic
     while (wait := svc.copy_quota.throttle_seconds()) > 0:

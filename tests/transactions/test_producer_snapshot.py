@@ -221,3 +221,44 @@ def test_each_closed_segment_has_the_snapshot_taken_when_it_was_rolled(env):
     closed, active = lg.segments[-2], lg.segments[-1]
     assert lg.producer_snapshot_for(closed) == lg.snapshots.path(active.base_offset)
     assert lg.producer_snapshot_for(active) is None
+
+
+@pytest.mark.parametrize("keep_older", [True, False])
+async def test_a_closed_segments_lost_snapshot_is_made_again_by_replay(env, keep_older):
+    """Tiered storage ships each closed segment with its roll-time snapshot; one
+    that is gone is rebuilt from an older snapshot (or the first segment) and the
+    batches in between, equal to the one the roll wrote."""
+    lg = env.open()
+    txn = Producer(lg, 77, epoch=3)
+    _idem(lg, 0)
+    lg.roll()
+    txn.send(b"t1", b"t2")
+    _idem(lg, 3)
+    lg.roll()  # the transaction is open here
+    _idem(lg, 6)
+    txn.end(committed=False, coordinator_epoch=4)
+    txn.send(b"t3")  # and a new one opens after the abort
+    lg.roll()
+    _idem(lg, 9)
+    target = lg.segments[-2]  # closed; its snapshot is at the active segment's base
+    offset = lg.segments[-1].base_offset
+    rolled = lg.snapshots.read(offset)
+    assert any(e.producer_id == 77 and e.current_txn_first_offset >= 0 for e in rolled)
+    for older in lg.snapshots.offsets():
+        if older == offset or not keep_older:
+            lg.snapshots.delete(older)
+    assert lg.producer_snapshot_for(target) is None
+    path = await lg.producer_snapshot_ready(target)
+    assert path == lg.snapshots.path(offset)
+    assert lg.snapshots.read(offset) == rolled
+    assert await lg.producer_snapshot_ready(lg.segments[-1]) is None  # the active one
+
+
+async def test_the_copier_ships_a_lost_snapshot_made_again(env):
+    lg = env.open(config={"segment_bytes": 300})
+    for seq in range(0, 12, 3):
+        _idem(lg, seq)
+    closed = lg.segments[-2]
+    lg.snapshots.delete(lg.segments[-1].base_offset)
+    # What copier._copy_one hands the storage manager as producer_snapshot_index.
+    assert await lg.producer_snapshot_ready(closed) == lg.snapshots.path(lg.segments[-1].base_offset)
