@@ -9,10 +9,16 @@ epoch in its own epoch cache that has any remote data, capped at where that
 epoch ends in its log (Kafka's findHighestRemoteOffset). A new leader
 resumes copying after it; a follower lets local retention free the local
 segments at or below it.
+
+Lookups that are not reads (timestamps, aborted transactions) and the
+expirer may only trust segments that lie wholly in the replica's lineage
+(``in_lineage``): a copy left by a leader whose log then diverged answers
+for offsets this log holds under other epochs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from storage.log.log import Log
@@ -82,3 +88,53 @@ def restore_remote_epochs(segments: list[RemoteLogSegmentMetadata], lg: Log) -> 
         local.pop(0)  # the same epoch began in the tiered part: keep its real start
     lg.epochs.replace(remote + local)
     return True
+
+
+EpochEntries = list[tuple[int, int]]
+
+
+def _with_records(entries: Iterable[tuple[int, int]]) -> EpochEntries:
+    """(epoch, start offset) ascending, without epochs holding no record (the
+    next epoch starts at the same offset): Kafka's buildFilteredLeaderEpochMap."""
+    ordered = sorted(entries)
+    return [entry for i, entry in enumerate(ordered)
+            if i + 1 == len(ordered) or ordered[i + 1][1] != entry[1]]
+
+
+def in_lineage(md: RemoteLogSegmentMetadata, entries: EpochEntries, log_end_offset: int) -> bool:
+    """Whether the segment belongs to the log's leader-epoch history.
+
+    Kafka's RemoteLogManager.isRemoteSegmentWithinLeaderEpochs. ``entries``
+    is the leader-epoch cache: (epoch, start offset), ascending. Epochs
+    without records are ignored on both sides. Then:
+
+    - the segment's last epoch must lie within the cache's epochs (all of
+      the segment older than the cache: an orphan);
+    - segment epochs older than the cache's first are skipped: DeleteRecords
+      or retention truncated the cache from the start, and only the part of
+      the segment from the log start on must match;
+    - each remaining epoch must be in the cache; the first of them may start
+      before the cache says only if it is the cache's first epoch (whose
+      start the truncation moved up); every following one must start exactly
+      where the cache says; the last must end before the cache's next epoch;
+    - the segment must end below the log end offset.
+    """
+    cache = _with_records(entries)
+    seg = _with_records(md.segment_leader_epochs.items())
+    if not cache or not seg or not cache[0][0] <= seg[-1][0] <= cache[-1][0]:
+        return False
+    position = {epoch: i for i, (epoch, _) in enumerate(cache)}
+    kept = [(epoch, start) for epoch, start in seg if epoch >= cache[0][0]]
+    for i, (epoch, start) in enumerate(kept):
+        c = position.get(epoch)
+        if c is None:
+            return False
+        if i == 0 and c > 0 and start < cache[c][1]:
+            return False
+        following = cache[c + 1] if c + 1 < len(cache) else None
+        if i + 1 < len(kept):
+            if following != kept[i + 1]:
+                return False
+        elif following is not None and md.end_offset >= following[1]:
+            return False
+    return md.end_offset < log_end_offset

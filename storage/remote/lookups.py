@@ -3,7 +3,8 @@ transactions for read_committed fetches, and ListOffsets by timestamp.
 
 Theory of operation
 -------------------
-Both walk a partition's finished remote segments in offset order, in the
+Both walk a partition's finished remote segments that lie in its own
+leader-epoch lineage (``lineage.in_lineage``) in offset order, in the
 metadata manager's cache, and read one small object per segment at most (a
 transaction index, a time index) through the reader pool's limiter, so they
 share its bound with record reads. Parsed transaction indexes are kept in a
@@ -27,8 +28,10 @@ import trio
 
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
+from storage.log.log import Log
 from storage.log.txn_index import AbortedTxn, CorruptTxnIndex, collect_overlapping, decode_entries
 from storage.remote import reader
+from storage.remote.lineage import in_lineage
 from storage.remote.naming import lacks_txn_index
 from storage.remote.partition_state import RemoteServices, TieredPartitions
 from storage.remote.types import (
@@ -37,6 +40,7 @@ from storage.remote.types import (
     RemoteLogSegmentState,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    TopicIdPartition,
 )
 
 # Remote segments whose parsed transaction index is kept in memory (entries
@@ -66,16 +70,28 @@ class RemoteLookups:
         if not self.partitions.tiered_here(tp):
             return []
         p = await self.partitions.readable(tp)
-        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                           and m.end_offset >= start), key=lambda m: m.start_offset)
+        finished = sorted((m for m in self._lineage(p.tip, p.log)
+                           if m.end_offset >= start), key=lambda m: m.start_offset)
         out: list[AbortedTxn] = []
+        searched = start
         for md in finished:
             found, complete = collect_overlapping(await self._aborted_entries(md), start, upper)
             out += found
             if complete:
                 return out
-        return out + p.log.collect_aborted(max(start, p.log.local_log_start_offset), upper)
+            searched = max(searched, md.end_offset + 1)
+        # The local segments beyond what the tier answered for (a tiered
+        # segment still kept locally would give its entries twice).
+        local_from = max(searched, p.log.local_log_start_offset)
+        return out + [t for t in p.log.collect_aborted(local_from, upper) if t not in out]
+
+    def _lineage(self, tip: TopicIdPartition, lg: Log) -> list[RemoteLogSegmentMetadata]:
+        """The finished remote segments that hold ``lg``'s own data: a copy
+        left by a leader whose log diverged (an unclean election) is not."""
+        entries, end = lg.epochs.entries, lg.end_offset
+        return [m for m in self.svc.rlmm.list_remote_log_segments(tip)
+                if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                and in_lineage(m, entries, end)]
 
     async def _aborted_entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
         key = md.remote_log_segment_id.id
@@ -106,9 +122,8 @@ class RemoteLookups:
         p = self.partitions.leader(tp)
         if p is None or not p.ready:
             return None
-        stamps = [m.max_timestamp_ms for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                  if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                  and m.end_offset >= p.log.log_start_offset]
+        stamps = [m.max_timestamp_ms for m in self._lineage(p.tip, p.log)
+                  if m.end_offset >= p.log.log_start_offset]
         return max(stamps) if stamps else None
 
     async def offset_for_timestamp(self, tp: TopicPartition,
@@ -122,9 +137,8 @@ class RemoteLookups:
         if self.partitions.leader(tp) is None:
             return None
         p = await self.partitions.readable(tp)
-        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
-                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                           and m.end_offset >= p.log.log_start_offset
+        finished = sorted((m for m in self._lineage(p.tip, p.log)
+                           if m.end_offset >= p.log.log_start_offset
                            and m.max_timestamp_ms >= timestamp),
                           key=lambda m: m.start_offset)
         for md in finished:

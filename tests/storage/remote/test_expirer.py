@@ -12,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from storage.log.log import Log
-from storage.remote.expirer import choose_expired, expire_segments, in_lineage
+from storage.remote.expirer import choose_expired, expire_segments
+from storage.remote.lineage import in_lineage
 from storage.remote.manager import RemoteLogManager
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.types import RemoteLogSegmentState

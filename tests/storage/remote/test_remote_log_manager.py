@@ -20,8 +20,8 @@ from config import BrokerConfig, TopicConfigs
 from protocol import records
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.log.log import Log
-from storage.remote.expirer import in_lineage
 from storage.remote.filesystem import FileSystemRemoteStorageManager
+from storage.remote.lineage import in_lineage
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.read_pool import ReadKey, RemoteReadPool, RemoteReadResult
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
