@@ -20,7 +20,15 @@ BOOTSTRAP_ENV = "TIERD_BOOTSTRAP"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from broker.admin import groups, rebuild_metadata, reconcile, tiering, topics, transactions
+    from broker.admin import (
+        configs,
+        groups,
+        rebuild_metadata,
+        reconcile,
+        tiering,
+        topics,
+        transactions,
+    )
 
     parser = argparse.ArgumentParser(prog="tierd admin",
                                      description="The operator's tool for tierd clusters.")
@@ -32,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds to wait for the cluster (default %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (topics, groups, transactions, tiering, reconcile, rebuild_metadata):
+    for module in (topics, configs, groups, transactions, tiering, reconcile, rebuild_metadata):
         module.register(sub)
     _accept_late_options(parser)
     return parser
