@@ -1,12 +1,15 @@
 """Dynamic broker configs on one tierd (``kafka-configs --entity-type brokers``):
 the Java 4.3 Admin's incrementalAlterConfigs and describeConfigs with synonyms,
 the values surviving a restart, their live effect (retention of a topic that
-follows the broker default, the per-IP connection limit), the refusals with
+follows the broker default, the per-IP connection limit, a listener's
+keystore for new TLS connections), the refusals with
 Kafka's error codes, and ``tierd admin configs``.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +36,8 @@ from system_tests._proc import (
 )
 from system_tests.admin import create_topic
 from system_tests.admin.tool import ok, run_admin
+from system_tests.certs import make_pki
+from system_tests.harness import free_port
 from tests.helpers import batch
 
 # The harness's broker.id.
@@ -224,3 +229,43 @@ def test_tierd_admin_configs(tierd: TierdProc) -> None:
                         "--entity-name", NODE, "--add-config", "broker.id=5")
     assert refused.returncode == 1
     assert "INVALID_REQUEST" in refused.stderr and "broker.id" in refused.stderr
+
+
+def _served_serial(port: int, ca: Path) -> int:
+    from cryptography import x509
+
+    ctx = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+def test_listener_keystore_is_switched_for_new_connections(request: pytest.FixtureRequest,
+                                                           tmp_path: Path) -> None:
+    first, second = make_pki(tmp_path / "one"), make_pki(tmp_path / "two")
+    truststore = tmp_path / "truststore.pem"
+    truststore.write_bytes(first.ca_pem.read_bytes() + second.ca_pem.read_bytes())
+    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
+    broker = start_tierd(request, tmp_path / "broker", {
+        "listeners": f"PLAINTEXT://127.0.0.1:{ports['PLAINTEXT']},SSL://127.0.0.1:{ports['SSL']}",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(first.server_pem)},
+        port=ports["PLAINTEXT"], name="tierd-dynamic-tls")
+    original = _served_serial(ports["SSL"], truststore)
+    key = "listener.name.ssl.ssl.keystore.location"
+
+    broken = tmp_path / "broken.pem"
+    broken.write_text("not a certificate\n")
+    result = alter_raw(broker, NODE, [(key, 0, str(broken))])
+    assert result.error_code == INVALID_CONFIG, result
+    assert alter_raw(broker, "", [(key, 0, str(second.server_pem))]).error_code == \
+        INVALID_REQUEST
+    assert _served_serial(ports["SSL"], truststore) == original
+
+    admin(broker, "broker-configs-alter", "--broker", NODE, "--set",
+          f"{key}={second.server_pem}")
+    assert _served_serial(ports["SSL"], truststore) != original
+    described = describe(broker, "--broker", NODE, "--key", key)[key]
+    assert (described["value"], described["source"]) == (str(second.server_pem),
+                                                         "DYNAMIC_BROKER_CONFIG")
