@@ -4,13 +4,17 @@ in place, refused before anything is stored."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from broker import dynamic_apply
 from broker.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
+from broker.security.limits import ConnectionLimits
 from config.broker import BrokerConfig
 from config.defs import ConfigError
 from config.dynamic import DEFAULT_ENTITY, DynamicConfigRefused
+from storage.remote.quota import RateQuota
 
 LISTENERS = ["PLAINTEXT"]
 
@@ -65,3 +69,26 @@ def test_resource_names(tmp_path: Path) -> None:
     for bad in ("4", "x"):
         with pytest.raises(DynamicConfigRefused):
             dynamic.entity(bad)
+
+
+async def test_remote_quotas_and_connection_limits_change_live(tmp_path: Path) -> None:
+    dynamic = _configs(tmp_path)
+    config = dynamic.config
+    copy = RateQuota(config["remote.log.manager.copy.max.bytes.per.second"], 11, 1,
+                     lambda: 0.0)
+    fetch = RateQuota(config["remote.log.manager.fetch.max.bytes.per.second"], 11, 1,
+                      lambda: 0.0)
+    tiering = SimpleNamespace(manager=SimpleNamespace(
+        svc=SimpleNamespace(copy_quota=copy, fetch_quota=fetch)))
+    ctx = SimpleNamespace(config=config, cluster=None, replicas=None, metadata=None)
+    limits = ConnectionLimits(config, clock=lambda: 0.0)
+    dynamic_apply.install(dynamic, ctx, limits, (), tiering)  # type: ignore[arg-type]
+    assert copy.unlimited and fetch.unlimited
+    await dynamic.alter(DEFAULT_ENTITY, _set(remote_log_manager_copy_max_bytes_per_second="1000",
+                                             max_connections_per_ip="1"), LISTENERS, False)
+    assert (copy.limit, fetch.unlimited) == (1000, True)
+    assert limits.admit("PLAINTEXT", "10.0.0.1") is None
+    assert limits.admit("PLAINTEXT", "10.0.0.1") == "max_connections_per_ip"
+    await dynamic.alter(DEFAULT_ENTITY, lambda entry: {}, LISTENERS, False)
+    assert copy.unlimited
+    assert limits.admit("PLAINTEXT", "10.0.0.1") is None
