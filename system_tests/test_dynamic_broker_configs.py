@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -269,3 +271,16 @@ def test_listener_keystore_is_switched_for_new_connections(request: pytest.Fixtu
     described = describe(broker, "--broker", NODE, "--key", key)[key]
     assert (described["value"], described["source"]) == (str(second.server_pem),
                                                          "DYNAMIC_BROKER_CONFIG")
+
+
+def test_alter_configs_replaces_the_whole_entry(tierd: TierdProc) -> None:
+    result = alter_raw(tierd, "", [("log.retention.bytes", 0, "1000000"),
+                                   ("max.connections", 0, "500")])
+    assert result.error_code == 0, result
+    req = AlterConfigsRequest[1](resources=[(BROKER, "", [("log.cleaner.backoff.ms", "20000")])],
+                                 validate_only=False)
+    with raw(tierd) as client:
+        [result] = client.request(req, 1, AlterConfigsResponse[1]).responses
+    assert result.error_code == 0, result
+    default = describe(tierd, "--default")
+    assert {k: v["value"] for k, v in default.items()} == {"log.cleaner.backoff.ms": "20000"}
