@@ -23,6 +23,7 @@ INVALID_REQUEST: a key that may not change this way) or ``ConfigError``
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,11 +35,18 @@ from config.topic import SYNONYMS
 DEFAULT_ENTITY = "<default>"
 LISTENER_PREFIX = "listener.name."
 
-# DescribeConfigs' ConfigSource numbers for the broker layers.
-DYNAMIC_BROKER_CONFIG = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
+
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's DescribeConfigsResponse.ConfigSource numbers: where a value comes from."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
 
 # Broker defaults of topic configs: topics without their own value follow them.
 # unclean.leader.election.enable is left out: the controller reads it when it
@@ -241,14 +249,15 @@ class DynamicLayers:
         for name in broker_synonyms(key):
             d = definition(name)
             hide = d is not None and d.sensitive
-            layers = [(self.broker, DYNAMIC_BROKER_CONFIG),
-                      (self.default, DYNAMIC_DEFAULT_BROKER_CONFIG),
-                      (self.static, STATIC_BROKER_CONFIG)]
+            layers = [(self.broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                      (self.default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                      (self.static, ConfigSource.STATIC_BROKER_CONFIG)]
             for values, source in layers:
                 if name in values:
                     out.append((name, None if hide else values[name], source))
             if d is not None and d.default is not None and name == split_listener(name)[1]:
-                out.append((name, None if hide else d.render(d.default), DEFAULT_CONFIG))
+                out.append((name, None if hide else d.render(d.default),
+                            ConfigSource.DEFAULT_CONFIG))
         if not per_broker:
-            out = [s for s in out if s[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+            out = [s for s in out if s[2] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
         return out

@@ -19,11 +19,10 @@ import argparse
 from typing import Any
 
 from broker.admin.common import EXIT_OK, EXIT_USAGE, AdminError, Column, emit, emit_json
+from config.dynamic import ConfigSource
 
-# DescribeConfigs ConfigSource numbers, as kafka-configs prints them.
-SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
-           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
-DYNAMIC_SOURCES = (1, 2, 3)
+DYNAMIC_SOURCES = (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG,
+                   ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
 RESOURCE_TYPES = {"topics": 2, "brokers": 4}
 OPS = {"SET": 0, "DELETE": 1, "APPEND": 2, "SUBTRACT": 3}
 
@@ -112,13 +111,20 @@ def describe(args: argparse.Namespace) -> int:
     if result.error_code:
         raise AdminError(f"{for_code(result.error_code).message} describing "
                          f"{_entity_label(args)}: {result.error_message}")
-    rows = [{"name": c.name, "value": c.value, "source": SOURCES.get(c.config_source),
+    rows = [{"name": c.name, "value": c.value, "source": _source(c.config_source),
              "read_only": c.read_only,
-             "synonyms": [f"{SOURCES.get(s.source)}:{s.name}={s.value}" for s in c.synonyms]}
+             "synonyms": [f"{_source(s.source)}:{s.name}={s.value}" for s in c.synonyms]}
             for c in sorted(result.configs, key=lambda c: c.name)
             if args.all or c.config_source in DYNAMIC_SOURCES]
     emit(args, rows, COLUMNS, title=_entity_label(args))
     return EXIT_OK
+
+
+def _source(number: int) -> str:
+    try:
+        return ConfigSource(number).name
+    except ValueError:
+        return str(number)
 
 
 def _changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:

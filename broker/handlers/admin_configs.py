@@ -25,7 +25,7 @@ from broker.context import BrokerContext, Session
 from broker.handlers.describe import describe_broker_configs, describe_topic_configs
 from config import ConfigError, TopicConfigs
 from config.defs import ConfigDef, ConfigType
-from config.dynamic import DynamicConfigRefused, definition
+from config.dynamic import ConfigSource, DynamicConfigRefused, definition
 from config.topic import topic_def
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
@@ -77,7 +77,7 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
             continue
         entries = [entry_cls(
             name=d.name, value=d.value, read_only=d.read_only, config_source=d.source,
-            is_default=d.source == 5, is_sensitive=d.sensitive,
+            is_default=d.source == ConfigSource.DEFAULT_CONFIG, is_sensitive=d.sensitive,
             synonyms=[syn_cls(name=n, value=val, source=s) for n, val, s in d.synonyms]
             if req.include_synonyms else [],
             config_type=d.type,

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from broker.context import BrokerContext
 from config import TopicConfigs
 from config.broker import DEFS as BROKER_DEFS
-from config.dynamic import LISTENER_PREFIX, DynamicLayers, definition, is_live
+from config.dynamic import LISTENER_PREFIX, ConfigSource, DynamicLayers, definition, is_live
 from config.topic import SYNONYMS, topic_def, topic_keys
-
-
-class ConfigSource(enum.IntEnum):
-    """Kafka's DescribeConfigsResponse.ConfigSource numbers."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
 
 
 @dataclass(slots=True)

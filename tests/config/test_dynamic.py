@@ -8,10 +8,7 @@ import pytest
 from config.broker import BrokerConfig
 from config.defs import ConfigError
 from config.dynamic import (
-    DEFAULT_CONFIG,
-    DYNAMIC_BROKER_CONFIG,
-    DYNAMIC_DEFAULT_BROKER_CONFIG,
-    STATIC_BROKER_CONFIG,
+    ConfigSource,
     DynamicConfigRefused,
     DynamicLayers,
     broker_synonyms,
@@ -21,6 +18,10 @@ from config.dynamic import (
 )
 
 LISTENERS = ["PLAINTEXT", "SSL"]
+DYNAMIC_BROKER_CONFIG = ConfigSource.DYNAMIC_BROKER_CONFIG
+DYNAMIC_DEFAULT_BROKER_CONFIG = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+STATIC_BROKER_CONFIG = ConfigSource.STATIC_BROKER_CONFIG
+DEFAULT_CONFIG = ConfigSource.DEFAULT_CONFIG
 
 
 def test_live_keys_are_accepted_per_broker_and_as_default() -> None:
