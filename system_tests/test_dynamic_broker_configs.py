@@ -233,6 +233,19 @@ def test_tierd_admin_configs(tierd: TierdProc) -> None:
     assert "INVALID_REQUEST" in refused.stderr and "broker.id" in refused.stderr
 
 
+def test_tierd_admin_configs_of_a_topic(tierd: TierdProc, topic: str) -> None:
+    create_topic(tierd.bootstrap, topic)
+    ok(tierd.bootstrap, "configs", "alter", "--entity-type", "topics", "--entity-name", topic,
+       "--add-config", "retention.ms=86400000")
+    shown = ok(tierd.bootstrap, "--json", "configs", "describe", "--entity-type", "topics",
+               "--entity-name", topic).json()
+    assert [(r["name"], r["value"], r["source"]) for r in shown] == [
+        ("retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG")]
+    refused = run_admin(tierd.bootstrap, "configs", "alter", "--entity-type", "topics",
+                        "--entity-name", topic, "--add-config", "no.such.key=1")
+    assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr, refused.stderr
+
+
 def _served_serial(port: int, ca: Path) -> int:
     from cryptography import x509
 
