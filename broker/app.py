@@ -19,9 +19,14 @@ import sys
 import structlog
 import trio
 
-from broker import gc_freeze, loop_monitor
+from broker import dynamic_apply, gc_freeze, loop_monitor
 from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
+from broker.dynamic_config import (
+    DynamicBrokerConfigs,
+    LocalDynamicConfigStore,
+    ZkDynamicConfigStore,
+)
 from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
 from broker.security.acl_store import build_acl_store
@@ -94,9 +99,16 @@ async def run(config: BrokerConfig) -> None:
         # every connection to another broker (controller, fetchers, markers).
         connector = build_peer_connector(config)
         ctx = await build_cluster(config, connector)
+        assert ctx.cluster is not None
+        # Dynamic broker configs need ZooKeeper: the logs opened above get
+        # them when the appliers are installed below.
+        dynamic = DynamicBrokerConfigs(config, ZkDynamicConfigStore(ctx.cluster.zk), True)
+        loaded = await dynamic.load()
         tiering = build_tiering(config, ctx.admin, ctx.metadata, ctx.replicas,
                                 ctx.metrics.registry, cluster=True, connector=connector)
     else:
+        dynamic = DynamicBrokerConfigs(config, LocalDynamicConfigStore(config.log_dir), False)
+        loaded = await dynamic.load()
         ctx, node = build(config)
         tiering = build_tiering(config, node.admin, node.metadata, node.replicas,
                                 ctx.metrics.registry)
@@ -116,6 +128,9 @@ async def run(config: BrokerConfig) -> None:
     securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
                                           limits)
                   for listener in config.listeners.bind]
+    ctx.dynamic = dynamic
+    dynamic_apply.install(dynamic, ctx, limits, securities, tiering)
+    dynamic.tell(loaded)
     # What start-up built (modules, the protocol's schemas, the recovered
     # logs) lives as long as the process: frozen, it is left out of every full
     # garbage collection, each of which would otherwise walk it again.
@@ -127,6 +142,7 @@ async def run(config: BrokerConfig) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ctx.replicas.run)
             nursery.start_soon(ctx.quotas.run)
+            nursery.start_soon(dynamic.run)
             if ctx.acls is not None:
                 nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)

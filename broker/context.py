@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.coordinator import GroupCoordinator
+from broker.dynamic_config import DynamicBrokerConfigs
 from broker.metrics import BrokerMetrics
 from broker.security.acl_store import AclStore
 from broker.security.quotas import QuotaStore
@@ -39,6 +40,8 @@ class BrokerContext:
     quotas: QuotaStore | None = None
     # ACLs (authorizer.class.name set); None: every request is allowed.
     acls: AclStore | None = None
+    # Dynamic broker configs (kafka-configs --entity-type brokers); None: static only.
+    dynamic: DynamicBrokerConfigs | None = None
     # Each topic's part of a Metadata response, encoded (kept between requests).
     topic_encodings: TopicEncodings = field(default_factory=TopicEncodings)
 

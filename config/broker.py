@@ -243,11 +243,13 @@ class BrokerConfig:
     """Typed broker configuration.
 
     ``values`` holds every known key (defaults filled in); ``explicit`` the
-    keys a user set, for DescribeConfigs' STATIC_BROKER_CONFIG source.
+    keys a user set, for DescribeConfigs' STATIC_BROKER_CONFIG source;
+    ``raw`` the strings they were set to (what dynamic configs layer over).
     """
 
     values: dict[str, Any]
     explicit: set[str] = field(default_factory=set)
+    raw: dict[str, str] = field(default_factory=dict)
     listeners: Listeners = field(init=False)
 
     def __post_init__(self) -> None:
@@ -283,8 +285,9 @@ class BrokerConfig:
         return cls.from_mapping(raw)
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, str]) -> BrokerConfig:
-        """Typed config from string values; unknown keys are warned about."""
+    def from_mapping(cls, raw: Mapping[str, str], quiet: bool = False) -> BrokerConfig:
+        """Typed config from string values; unknown keys are warned about
+        (unless ``quiet``: a rebuild with dynamic configs layered over)."""
         values = {name: d.default for name, d in DEFS.items()}
         explicit: set[str] = set()
         for key, text in raw.items():
@@ -296,7 +299,7 @@ class BrokerConfig:
                 explicit.add(key)
                 continue
             if d is None:
-                if key not in IGNORED_KAFKA_KEYS and not key.startswith(
+                if not quiet and key not in IGNORED_KAFKA_KEYS and not key.startswith(
                         ("rsm.config.", "rlmm.config.", "listener.name.")):
                     log.warning("unknown config key", key=key)
                 values[key] = text
@@ -304,7 +307,7 @@ class BrokerConfig:
             values[key] = d.parse(text)
             explicit.add(key)
         _derive(values)
-        return cls(values, explicit)
+        return cls(values, explicit, {k: str(v) for k, v in raw.items()})
 
     @property
     def log_dir(self) -> str:

@@ -1,5 +1,7 @@
 """Config znodes of ZooKeeper-mode Kafka, read and written through ``ZkClient``:
-topics' (``/config/topics/<name>``), users' (SCRAM credentials and quotas,
+topics' (``/config/topics/<name>``), brokers' dynamic configs
+(``/config/brokers/<id>`` and the cluster default ``/config/brokers/<default>``),
+users' (SCRAM credentials and quotas,
 ``/config/users/<name>``), clients' quotas (``/config/clients/<id>``), and the
 change notifications (``/config/changes/config_change_<seq>``) that tell every
 broker to re-read one.
@@ -140,3 +142,9 @@ class ZkConfigs:
         await self.zk.call(self.zk.client.create, "/config/changes/config_change_",
                          json_bytes({"version": 2, "entity_path": f"topics/{topic}"}),
                          sequence=True)
+
+    async def notify_config_change(self, entity_path: str) -> None:
+        """Tell every broker to re-read ``/config/<entity_path>`` (e.g. brokers/<default>)."""
+        await self.zk.call(self.zk.client.create, "/config/changes/config_change_",
+                           json_bytes({"version": 2, "entity_path": entity_path}),
+                           sequence=True)

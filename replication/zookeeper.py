@@ -11,6 +11,7 @@ Kafka's own tools can read a tierd cluster's state:
     /brokers/topics/<t>/partitions/<p>/state  {"version":1,"controller_epoch","leader",
                                                "leader_epoch","isr":[..]}
     /config/topics/<t>                        {"version":1,"config":{...}}
+    /config/brokers/<id>|<default>            {"version":1,"config":{...}}
     /config/changes/config_change_<seq>       {"version":2,"entity_path":"topics/<t>"}
     /admin/delete_topics/<t>
     /latest_producer_id_block                 {"version":1,"broker","block_start","block_end"}
@@ -292,8 +293,9 @@ class ZkClient:
                 self.get_topics_to_delete):
             yield topics
 
-    async def watch_config_changes(self) -> AsyncIterator[list[str]]:
-        """Yields the topics named by config change notifications newer than the last."""
+    async def watch_config_changes(self, kind: str = "topics") -> AsyncIterator[list[str]]:
+        """Yields the entities of ``kind`` (topics, brokers) named by config change
+        notifications newer than the last."""
         seen = {"last": ""}
 
         async def read() -> list[str]:
@@ -308,8 +310,8 @@ class ZkClient:
                 except NoNodeError:
                     continue
                 path = json.loads(data).get("entity_path", "")
-                if path.startswith("topics/"):
-                    topics.append(path[len("topics/"):])
+                if path.startswith(f"{kind}/"):
+                    topics.append(path[len(kind) + 1:])
             return topics
 
         seen["last"] = max(await self._call(self.client.get_children, "/config/changes"),

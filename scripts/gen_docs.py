@@ -359,8 +359,37 @@ def render_configuration() -> str:
         "",
         ", ".join(f"`{k}`" for k in sorted(IGNORED_KAFKA_KEYS)) + ".",
         "",
+        *_dynamic_section(),
     ]
     return "\n".join(parts)
+
+
+def _dynamic_section() -> list[str]:
+    from config import dynamic
+
+    def keys(names: Iterable[str]) -> str:
+        return ", ".join(f"`{k}`" for k in sorted(names)) + "."
+
+    return [
+        "## Dynamic broker keys",
+        "",
+        "Changed on running brokers, as with Kafka: `kafka-configs --bootstrap-server ... "
+        "--entity-type brokers --entity-name <id> | --entity-default --alter --add-config "
+        "k=v` (or `tierd admin configs alter`). A per-broker value overrides the cluster "
+        "default, which overrides server.properties. They are kept in ZooKeeper "
+        "(`/config/brokers/<id>`, `/config/brokers/<default>`) in cluster mode and in "
+        "`dynamic-broker-configs.json` of the log directory on a single node. Keys not "
+        "listed here are refused (INVALID_REQUEST) rather than accepted and ignored.",
+        "",
+        "Applied at once: " + keys(dynamic.LIVE),
+        "",
+        "Per listener (`listener.name.<listener>.<key>`; the keystore and truststore keys "
+        "per broker only, for new TLS connections): " + keys(dynamic.LISTENER_LIVE),
+        "",
+        "Dynamic in Kafka but refused by tierd (set them in server.properties and "
+        "restart): " + keys(dynamic.NOT_LIVE),
+        "",
+    ]
 
 
 # -- metrics -----------------------------------------------------------------------

@@ -445,6 +445,11 @@ ROWS = [
         ((TOPIC, T, LITERAL, "ALTER_CONFIGS"),)),
     Row("IncrementalAlterConfigs", 1, ka.IncrementalAlterConfigsResponse,
         _incremental_config, TOPIC_ERR, ((TOPIC, T, LITERAL, "ALTER_CONFIGS"),)),
+    Row("IncrementalAlterConfigs-broker", 1, ka.IncrementalAlterConfigsResponse,
+        lambda: _configs(ka.IncrementalAlterConfigsRequest, 1, 4, "", configs=[sub(
+            ka.IncrementalAlterConfigsRequest[1], "resources", "configs")(
+                name="log.retention.bytes", config_operation=0, value="1000000")]),
+        CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "ALTER_CONFIGS"),)),
     Row("DescribeLogDirs", 4, ka.DescribeLogDirsResponse,
         lambda: ka.DescribeLogDirsRequest[4](topics=None), CLUSTER_ERR,
         ((CLUSTER, KC, LITERAL, "DESCRIBE"),)),

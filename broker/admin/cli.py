@@ -21,6 +21,7 @@ BOOTSTRAP_ENV = "TIERD_BOOTSTRAP"
 
 def build_parser() -> argparse.ArgumentParser:
     from broker.admin import (
+        configs,
         elections,
         groups,
         rebuild_metadata,
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds to wait for the cluster (default %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (topics, groups, transactions, tiering, reconcile, rebuild_metadata, elections):
+    for module in (topics, configs, groups, transactions, tiering, reconcile, rebuild_metadata,
+                   elections):
         module.register(sub)
     _accept_late_options(parser)
     return parser

@@ -2,8 +2,9 @@
 
 Topic configs are dynamic: changes are validated as a whole, persisted in the
 metadata store (so they survive restart) and applied to the live logs.
-Broker configs are static in tierd (read from server.properties at start):
-describing them works, altering them answers INVALID_REQUEST saying so.
+Broker configs: a resource named with a broker id is that broker's dynamic
+entry, an empty name the cluster-wide default (Kafka's ``<default>``); what
+may change and how it reaches the running broker is broker/dynamic_config.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from kafka.protocol.admin import (
 from broker.context import BrokerContext, Session
 from broker.handlers.describe import describe_broker_configs, describe_topic_configs
 from config import ConfigError, TopicConfigs
+from config.defs import ConfigDef, ConfigType
+from config.dynamic import ConfigSource, DynamicConfigRefused, definition
 from config.topic import topic_def
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
@@ -38,7 +41,8 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 def _check_broker_name(ctx: BrokerContext, name: str) -> None:
     if name not in ("", str(ctx.node_id)):
-        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name!r}")
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected "
+                            f"{ctx.node_id}, but received {name}")
 
 
 async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
@@ -61,7 +65,7 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
                                                    keys)
             elif r.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, r.resource_name)
-                described = describe_broker_configs(ctx, keys)
+                described = describe_broker_configs(ctx, keys, r.resource_name != "")
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     f"Unsupported resource type {r.resource_type}")
@@ -73,7 +77,7 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
             continue
         entries = [entry_cls(
             name=d.name, value=d.value, read_only=d.read_only, config_source=d.source,
-            is_default=d.source == 5, is_sensitive=d.sensitive,
+            is_default=d.source == ConfigSource.DEFAULT_CONFIG, is_sensitive=d.sensitive,
             synonyms=[syn_cls(name=n, value=val, source=s) for n, val, s in d.synonyms]
             if req.include_synonyms else [],
             config_type=d.type,
@@ -85,13 +89,19 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
 
 
 async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
-                 build: Any) -> tuple[int, str | None]:
-    """Validate and apply one resource's change; returns (error code, message)."""
+                 build: Any, build_broker: Any) -> tuple[int, str | None]:
+    """Validate and apply one resource's change; returns (error code, message).
+
+    ``build(TopicConfigs)`` gives a topic's new overrides, ``build_broker(entry)``
+    a broker entry's new configs."""
     try:
         if r.resource_type == RESOURCE_BROKER:
-            _check_broker_name(ctx, r.resource_name)
-            raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                "Broker configs are static in tierd; edit server.properties")
+            if ctx.dynamic is None:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    "Dynamic broker configs are not available on this broker")
+            await ctx.dynamic.alter(ctx.dynamic.entity(r.resource_name), build_broker,
+                                    [b.name for b in ctx.config.listeners.bind], validate_only)
+            return 0, None
         if r.resource_type != RESOURCE_TOPIC:
             raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                 f"Unsupported resource type {r.resource_type}")
@@ -109,6 +119,9 @@ async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
     except ConfigError as exc:
         ctx.metrics.error(api, ErrorCode.INVALID_CONFIG)
         return ErrorCode.INVALID_CONFIG, str(exc)
+    except DynamicConfigRefused as exc:
+        ctx.metrics.error(api, ErrorCode.INVALID_REQUEST)
+        return ErrorCode.INVALID_REQUEST, str(exc)
     except KafkaApiError as exc:
         ctx.metrics.error(api, exc.code)
         return exc.code, exc.message
@@ -136,33 +149,38 @@ async def handle_alter_configs(ctx: BrokerContext, header: RequestHeader, req: A
     result_cls = resp.AlterConfigsResourceResponse
     results = []
     for r in req.resources:
-        def build(current: TopicConfigs, r: Any = r) -> dict[str, str]:
+        def build(current: object, r: Any = r) -> dict[str, str]:
             return {c.name: c.value for c in r.configs if c.value is not None}
-        code, message = await _apply(ctx, "AlterConfigs", r, req.validate_only, build)
+        code, message = await _apply(ctx, "AlterConfigs", r, req.validate_only, build, build)
         results.append(result_cls(error_code=code, error_message=message,
                                   resource_type=r.resource_type, resource_name=r.resource_name))
     return resp(throttle_time_ms=0, responses=results)
 
 
-def _incremental(current: TopicConfigs, configs: Any) -> dict[str, str]:
-    """New overrides after SET/DELETE/APPEND/SUBTRACT operations.
+def _incremental(overrides: dict[str, str], configs: Any, def_of: Any,
+                 current: Any) -> dict[str, str]:
+    """New entries after SET/DELETE/APPEND/SUBTRACT operations.
+
+    Args:
+        def_of: the ConfigDef of a key (None: unknown).
+        current: a list key's effective value (what APPEND/SUBTRACT start from).
 
     Raises:
         ConfigError: unknown key, bad op, or APPEND/SUBTRACT on a non-list key.
     """
-    overrides = dict(current.overrides)
     for c in configs:
-        d = topic_def(c.name)
+        d: ConfigDef | None = def_of(c.name)
         if d is None:
-            raise ConfigError(c.name, c.value, "unknown topic config")
+            raise ConfigError(c.name, c.value, "unknown config")
         if c.config_operation == OP_SET:
             overrides[c.name] = c.value
         elif c.config_operation == OP_DELETE:
             overrides.pop(c.name, None)
         elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-            if not isinstance(d.default, list):
+            if d.type is not ConfigType.LIST:
                 raise ConfigError(c.name, c.value, "APPEND/SUBTRACT need a list config")
-            items = list(current.get(c.name))
+            items = list(d.parse(overrides[c.name]) if c.name in overrides
+                         else current(c.name) or [])
             change = [x.strip() for x in (c.value or "").split(",") if x.strip()]
             if c.config_operation == OP_APPEND:
                 items += [x for x in change if x not in items]
@@ -181,8 +199,12 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, header: RequestHe
     results = []
     for r in req.resources:
         def build(current: TopicConfigs, r: Any = r) -> dict[str, str]:
-            return _incremental(current, r.configs)
-        code, message = await _apply(ctx, "IncrementalAlterConfigs", r, req.validate_only, build)
+            return _incremental(dict(current.overrides), r.configs, topic_def, current.get)
+
+        def build_broker(entry: dict[str, str], r: Any = r) -> dict[str, str]:
+            return _incremental(entry, r.configs, definition, ctx.config.values.get)
+        code, message = await _apply(ctx, "IncrementalAlterConfigs", r, req.validate_only,
+                                     build, build_broker)
         results.append(result_cls(error_code=code, error_message=message,
                                   resource_type=r.resource_type, resource_name=r.resource_name))
     return resp(throttle_time_ms=0, responses=results)

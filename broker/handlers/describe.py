@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from broker.context import BrokerContext
 from config import TopicConfigs
 from config.broker import DEFS as BROKER_DEFS
+from config.dynamic import LISTENER_PREFIX, ConfigSource, DynamicLayers, definition, is_live
 from config.topic import SYNONYMS, topic_def, topic_keys
-
-
-class ConfigSource(enum.IntEnum):
-    """Kafka's DescribeConfigsResponse.ConfigSource numbers."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
 
 
 @dataclass(slots=True)
@@ -34,8 +23,14 @@ class DescribedConfig:
     synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
 
 
+def layers_of(ctx: BrokerContext) -> DynamicLayers:
+    """This broker's config layers (static only when nothing dynamic is set up)."""
+    return ctx.dynamic.layers if ctx.dynamic is not None else DynamicLayers.of(ctx.config)
+
+
 def describe_topic_configs(ctx: BrokerContext, configs: TopicConfigs,
                            keys: list[str] | None) -> list[DescribedConfig]:
+    layers = layers_of(ctx)
     out = []
     for key in keys if keys is not None else topic_keys():
         d = topic_def(key)
@@ -46,29 +41,34 @@ def describe_topic_configs(ctx: BrokerContext, configs: TopicConfigs,
             synonyms.append((key, configs.overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         broker_key = SYNONYMS.get(key)
         if broker_key is not None:
-            bdef = BROKER_DEFS[broker_key]
-            if broker_key in ctx.config.explicit:
-                synonyms.append((broker_key, bdef.render(ctx.config[broker_key]),
-                                 ConfigSource.STATIC_BROKER_CONFIG))
-            synonyms.append((broker_key, bdef.render(ctx.config[broker_key]),
-                             ConfigSource.DEFAULT_CONFIG))
-        source = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG,
-                  "broker": ConfigSource.STATIC_BROKER_CONFIG,
-                  "default": ConfigSource.DEFAULT_CONFIG}[configs.source(key)]
+            synonyms += layers.synonyms(broker_key)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         out.append(DescribedConfig(key, d.render(configs.get(key)), source, False, d.sensitive,
                                    int(d.type), d.doc, synonyms))
     return out
 
 
-def describe_broker_configs(ctx: BrokerContext, keys: list[str] | None) -> list[DescribedConfig]:
+def describe_broker_configs(ctx: BrokerContext, keys: list[str] | None,
+                            per_broker: bool = True) -> list[DescribedConfig]:
+    """This broker's configs (``per_broker``), or the cluster default entry's."""
+    layers = layers_of(ctx)
+    if not per_broker:
+        names = sorted(layers.default)
+    else:
+        names = sorted(BROKER_DEFS) + sorted(k for k in ctx.config.values
+                                             if k.startswith(LISTENER_PREFIX))
     out = []
-    for key in keys if keys is not None else sorted(BROKER_DEFS):
-        d = BROKER_DEFS.get(key)
+    for key in names if keys is None else [k for k in keys if k in names]:
+        d = definition(key)
         if d is None:
             continue
-        source = (ConfigSource.STATIC_BROKER_CONFIG if key in ctx.config.explicit
-                  else ConfigSource.DEFAULT_CONFIG)
-        value = None if d.sensitive else d.render(ctx.config[key])
-        out.append(DescribedConfig(key, value, source, True, d.sensitive, int(d.type), d.doc,
-                                   [(key, value, source)]))
+        synonyms = layers.synonyms(key, per_broker)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        if per_broker:
+            value = d.render(ctx.config.values.get(key))
+        else:
+            value = layers.default[key]
+        out.append(DescribedConfig(key, None if d.sensitive else value, source,
+                                   not is_live(key), d.sensitive, int(d.type), d.doc,
+                                   synonyms))
     return out

@@ -52,24 +52,30 @@ class _Rate:
 
 class ConnectionLimits:
     def __init__(self, config: BrokerConfig, clock: Callable[[], float] | None = None) -> None:
-        clock = clock or trio.current_time
-        listeners = [b.name for b in config.listeners.bind]
+        self._clock = clock or trio.current_time
+        self._listeners = [b.name for b in config.listeners.bind]
         self.inter_broker = config.listeners.inter_broker
+        self.reconfigure(config)
+        self.total = 0
+        self.by_listener: Counter[str] = Counter()
+        self.by_ip: Counter[str] = Counter()
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take the limits from ``config`` (at start, and when a dynamic config
+        changes them); open connections stay counted, and a lowered limit refuses
+        only new ones."""
         self.max_total: int = config["max.connections"]
         # Only a prefixed key limits a listener of its own.
-        self.max_listener = {name: limit for name in listeners if (limit := config.values.get(
+        self.max_listener = {name: limit for name in self._listeners if (limit := config.values.get(
             f"listener.name.{name.lower()}.max.connections")) is not None}
         self.max_per_ip: int = config["max.connections.per.ip"]
         self.ip_overrides = parse_ip_overrides(config["max.connections.per.ip.overrides"])
         broker_rate: int = config["max.connection.creation.rate"]
-        self._broker_rate = _Rate(broker_rate, clock) if broker_rate < INT_MAX else None
-        self._rates = {name: _Rate(rate, clock) for name in listeners
+        self._broker_rate = _Rate(broker_rate, self._clock) if broker_rate < INT_MAX else None
+        self._rates = {name: _Rate(rate, self._clock) for name in self._listeners
                        if (rate := config.values.get(
                            f"listener.name.{name.lower()}.max.connection.creation.rate",
                            INT_MAX)) < INT_MAX}
-        self.total = 0
-        self.by_listener: Counter[str] = Counter()
-        self.by_ip: Counter[str] = Counter()
 
     def admit(self, listener: str, ip: str) -> str | None:
         """Count a new connection in, or the reason it is refused (not counted)."""

@@ -13,7 +13,9 @@ most once per ``RELOAD_CHECK_S`` compares the keystore and truststore files'
 modification times and sizes with those it loaded; if they changed, it builds
 a new context. A new context that fails to build is logged and counted, and
 the old one stays in use (connections keep working on the old certificate).
-Open connections keep the context they were accepted with.
+Open connections keep the context they were accepted with. A dynamic config
+change of the listener's keystore or truststore (``reconfigure``) switches to
+the new files the same way.
 
 Principal: ``ssl.principal.mapping.rules`` DEFAULT, as Kafka's: the client
 certificate's subject as an RFC 2253 string (``User:CN=alice,OU=eng,O=Org``);
@@ -286,6 +288,22 @@ class ServerTls:
             if state != self._state:
                 self._reload(state)
         return self._context
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Use the listener's keystore and truststore settings in ``config`` (a
+        dynamic config changed them) for new connections.
+
+        Raises:
+            ConfigError: the new settings cannot be loaded (the old ones stay).
+        """
+        settings = TlsSettings.of(config, self.listener)
+        if settings == self._settings:
+            return
+        self._context = build_server_context(settings)
+        self._settings = settings
+        self.mapper = principal_mapper(settings)
+        self._state = _file_state(settings.files())
+        log.info("TLS settings of the listener reconfigured", listener=self.listener)
 
     def _reload(self, state: tuple[tuple[str, float, int], ...]) -> None:
         try:

@@ -169,6 +169,8 @@ class LogCleaner:
         self.uncleanable: set[TopicPartition] = set()
         self.stats = CleanerStats()
         self._workers: list[CleanerWorker] = []
+        self._nursery: trio.Nursery | None = None
+        self._high_watermark: Callable[[TopicPartition], int] | None = None
 
     # -- the loop ---------------------------------------------------------------
 
@@ -178,26 +180,39 @@ class LogCleaner:
             return
         try:
             async with trio.open_nursery() as nursery:
-                for _ in range(self.threads):
-                    worker = CleanerWorker()
-                    worker.start()  # now, not in the middle of the first pass
-                    self._workers.append(worker)
-                    nursery.start_soon(self._task, worker, high_watermark)
+                self._nursery, self._high_watermark = nursery, high_watermark
+                self._start_tasks()
+                await trio.sleep_forever()
         finally:
+            self._nursery = None
             for worker in self._workers:
                 worker.close()
 
+    def resize(self, threads: int) -> None:
+        """Run ``threads`` cleaner tasks (log.cleaner.threads changed): new tasks
+        start at once; surplus ones stop after their current pass."""
+        self.threads = max(threads, 1)
+        if self._nursery is not None:
+            self._start_tasks()
+
+    def _start_tasks(self) -> None:
+        assert self._nursery is not None and self._high_watermark is not None
+        while len(self._workers) < self.threads:
+            worker = CleanerWorker()
+            worker.start()  # now, not in the middle of the first pass
+            self._workers.append(worker)
+            self._nursery.start_soon(self._task, worker, self._high_watermark)
+
     async def _task(self, worker: CleanerWorker,
                     high_watermark: Callable[[TopicPartition], int]) -> None:
-        backoff = self.config["log.cleaner.backoff.ms"] / 1000
-        while True:
+        while self._workers.index(worker) < self.threads:
             try:
                 picked = self.grab_filthiest(high_watermark)
             except Exception:  # our own bug: log it, never take the broker down
                 log.exception("choosing a log to clean failed")
                 picked = None
             if picked is None:
-                await trio.sleep(backoff)
+                await trio.sleep(self.config["log.cleaner.backoff.ms"] / 1000)
                 continue
             self.in_progress.add(picked.tp)
             try:
@@ -217,6 +232,8 @@ class LogCleaner:
             finally:
                 self.in_progress.discard(picked.tp)
             await trio.sleep(0)
+        self._workers.remove(worker)
+        worker.close()
 
     def _mark_uncleanable(self, tp: TopicPartition, reason: str) -> None:
         self.uncleanable.add(tp)

@@ -485,6 +485,7 @@ public final class KafkaTool {
                          "abort-transaction" -> TransactionOps.run(admin, args);
                     case "describe-topics-paged" -> describeTopicsPaged(admin, args);
                     case "elect-leaders" -> electLeaders(admin, args);
+                    case "broker-configs-describe", "broker-configs-alter" -> BrokerConfigOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -724,6 +725,63 @@ public final class KafkaTool {
             body.put("controller", controller == null ? null : controller.id());
             body.put("nodes", nodes);
             return body;
+        }
+    }
+
+    /**
+     * Dynamic broker configs as kafka-configs --entity-type brokers does them:
+     * --broker N (that broker's entry, sent to it) or --default (the cluster default).
+     */
+    static final class BrokerConfigOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.BROKER,
+                    args.flag("default") ? "" : args.required("broker"));
+            return switch (args.positional().get(0)) {
+                case "broker-configs-describe" -> describe(admin, resource, args.all("key"));
+                case "broker-configs-alter" -> alter(admin, resource, args);
+                default -> throw new IllegalArgumentException("unknown op " + args.positional().get(0));
+            };
+        }
+
+        /** Every entry (or the --key ones) with value, source, read-only flag and synonyms. */
+        static Map<String, Object> describe(Admin admin, ConfigResource resource, List<String> keys) throws Exception {
+            var options = new org.apache.kafka.clients.admin.DescribeConfigsOptions().includeSynonyms(true);
+            Config config = admin.describeConfigs(List.of(resource), options).all().get().get(resource);
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : config.entries()) {
+                if (!keys.isEmpty() && !keys.contains(e.name())) continue;
+                List<Object> synonyms = new ArrayList<>();
+                for (ConfigEntry.ConfigSynonym s : e.synonyms()) {
+                    synonyms.add(Arrays.asList(s.name(), s.value(), s.source().toString()));
+                }
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("value", e.value());
+                m.put("source", e.source().toString());
+                m.put("read_only", e.isReadOnly());
+                m.put("sensitive", e.isSensitive());
+                m.put("synonyms", synonyms);
+                entries.put(e.name(), m);
+            }
+            return Map.of("configs", entries);
+        }
+
+        /** incrementalAlterConfigs with --set k=v, --delete k, --append k=v, --subtract k=v. */
+        static Map<String, Object> alter(Admin admin, ConfigResource resource, Args args) throws Exception {
+            List<AlterConfigOp> ops = new ArrayList<>();
+            Map<String, AlterConfigOp.OpType> kinds = Map.of("set", AlterConfigOp.OpType.SET,
+                    "append", AlterConfigOp.OpType.APPEND, "subtract", AlterConfigOp.OpType.SUBTRACT);
+            for (var kind : List.of("set", "append", "subtract")) {
+                for (String kv : args.all(kind)) {
+                    String[] parts = kv.split("=", 2);
+                    ops.add(new AlterConfigOp(new ConfigEntry(parts[0], parts[1]), kinds.get(kind)));
+                }
+            }
+            for (String k : args.all("delete")) {
+                ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+            }
+            var options = new org.apache.kafka.clients.admin.AlterConfigsOptions().validateOnly(args.flag("validate-only"));
+            admin.incrementalAlterConfigs(Map.of(resource, ops), options).all().get();
+            return Map.of("altered", resource.name(), "ops", ops.size());
         }
     }
 
