@@ -123,6 +123,7 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
         log.info("copy finished after the partition stopped; not published",
                  segment=str(md.remote_log_segment_id), start_offset=md.start_offset,
                  end_offset=md.end_offset)
+        await _remove_unpublished(svc, md)
         return
     await svc.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
         md.remote_log_segment_id, svc.clock(), custom,
@@ -133,6 +134,25 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
     log.info("segment copied to remote storage", segment=str(md.remote_log_segment_id),
              start_offset=md.start_offset, end_offset=md.end_offset, bytes=seg.size,
              seconds=round(time.monotonic() - started, 3))
+
+
+async def _remove_unpublished(svc: RemoteServices, md: RemoteLogSegmentMetadata) -> None:
+    """Delete the objects of a copy that finished after its partition stopped.
+
+    The new leader's expirer deletes this attempt (COPY_SEGMENT_STARTED) as a
+    stale copy after a grace period, but an upload slower than that would
+    write its objects after the deletion, and nothing would refer to them
+    again. The metadata is the new leader's to write; only the objects go
+    here (deleting is idempotent). A failure is logged: the audit finds them.
+    """
+    try:
+        await trio.to_thread.run_sync(svc.rsm.delete_log_segment_data, md,
+                                      limiter=svc.expiration_limiter)
+    except RemoteStorageError as exc:
+        log.warning("objects of an unpublished copy left behind", error=str(exc),
+                    segment=str(md.remote_log_segment_id))
+        return
+    log.info("objects of an unpublished copy deleted", segment=str(md.remote_log_segment_id))
 
 
 async def discard_attempt(svc: RemoteServices, md: RemoteLogSegmentMetadata) -> None:

@@ -9,6 +9,7 @@ real: segment files, remote files, index cache on disk, worker threads.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -181,6 +182,39 @@ async def test_failed_copy_leaves_no_finished_metadata_keeps_local_and_retries(t
     s.clock.now = s.p.copy_backoff.next_attempt_ms
     await s.cycle()
     assert s.log.highest_tiered_offset == s.log.segments[-2].last_offset
+
+
+class GatedCopies(FileSystemRemoteStorageManager):
+    """Copies wait at a gate: an upload still running when leadership moves."""
+
+    def __init__(self, config: dict[str, str]) -> None:
+        super().__init__(config)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def copy_log_segment_data(self, metadata, data):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        assert self.gate.wait(10)
+        return super().copy_log_segment_data(metadata, data)
+
+
+async def test_a_copy_finished_after_leadership_moved_leaves_no_objects(tmp_path):
+    """The new leader's expirer removes this attempt's metadata after a grace
+    period; an upload slower than that must not leave its objects behind."""
+    s = Setup(tmp_path)
+    gated = GatedCopies({"dir": str(s.remote_root)})
+    s.rsm = s.svc.rsm = gated
+    s.produce(20)
+    await s.start()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(s.cycle)
+        await trio.to_thread.run_sync(gated.entered.wait, 10)
+        s.rlm.stop_partition(("t", 0))  # deposed while the upload runs
+        gated.gate.set()
+    assert s.log.highest_tiered_offset == -1
+    states = [m.state for m in s.rlmm.list_remote_log_segments(s.tip)]
+    assert states == [RemoteLogSegmentState.COPY_SEGMENT_STARTED]  # the new leader's to delete
+    assert not any(f for _, _, f in os.walk(s.remote_root) if f), "the upload's objects remain"
 
 
 async def test_retention_bytes_deletes_oldest_remote_segments_and_moves_log_start(tmp_path):
