@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -227,11 +227,34 @@ class MetadataView:
 
 
 def read_metadata(args: Any, bar: Any) -> MetadataView:
-    """Read every partition of the metadata topic up to its end offsets at the start.
+    """Read every partition of the metadata topic up to its end offsets at the
+    start, folded as the brokers fold it.
 
     Raises:
         AdminError: no broker reachable (EXIT_UNREACHABLE), no metadata topic,
             or a partition that stopped delivering (EXIT_FAILED).
+    """
+    view = MetadataView({}, 0)
+
+    def start(partitions: int, complete: bool) -> None:
+        view.partitions, view.complete = partitions, complete
+
+    read_metadata_records(args, bar, start, lambda partition, record: view.fold(
+        partition, record.value))
+    return view
+
+
+def read_metadata_records(args: Any, bar: Any, start: Callable[[int, bool], None],
+                          sink: Callable[[int, Any], None],
+                          only: Collection[int] | None = None) -> None:
+    """Hand every record of the metadata topic's partitions (``only`` those, if
+    given) up to their end offsets at the start to ``sink(partition, record)``
+    (kafka-python ConsumerRecords, in offset order per partition); ``start``
+    first learns the partition count and whether every partition is read
+    from offset 0.
+
+    Raises:
+        AdminError: as ``read_metadata``.
     """
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError, KafkaTimeoutError
@@ -250,27 +273,26 @@ def read_metadata(args: Any, bar: Any) -> MetadataView:
         if not numbers:
             raise AdminError(f"the cluster has no {TOPIC_NAME} topic: tiering never ran, or "
                              "the topic is lost (see rebuild-metadata)")
-        view = MetadataView({}, len(numbers))
-        tps = [TopicPartition(TOPIC_NAME, p) for p in numbers]
+        tps = [TopicPartition(TOPIC_NAME, p) for p in numbers
+               if only is None or p in only]
         consumer.assign(tps)
         begin = consumer.beginning_offsets(tps, timeout_ms)
         end = consumer.end_offsets(tps, timeout_ms)
-        view.complete = all(begin[tp] == 0 for tp in tps)
+        start(len(numbers), all(begin[tp] == 0 for tp in tps))
         for tp in tps:
             consumer.seek(tp, begin[tp])
         task = bar.add_task("reading metadata", total=sum(end[tp] - begin[tp] for tp in tps))
-        _consume(consumer, {tp: end[tp] for tp in tps if end[tp] > begin[tp]}, view,
+        _consume(consumer, {tp: end[tp] for tp in tps if end[tp] > begin[tp]}, sink,
                  lambda n: bar.advance(task, n), args.timeout)
-        return view
     except KafkaError as exc:
         raise AdminError(f"reading {TOPIC_NAME} failed: {exc}", EXIT_FAILED) from None
     finally:
         consumer.close()
 
 
-def _consume(consumer: Any, end: dict[Any, int], view: MetadataView, advance: Any,
-             stall_s: float) -> None:
-    """Fold records until every partition in ``end`` reached its end offset."""
+def _consume(consumer: Any, end: dict[Any, int], sink: Callable[[int, Any], None],
+             advance: Any, stall_s: float) -> None:
+    """Hand records to ``sink`` until every partition in ``end`` reached its end offset."""
     remaining = set(end)
     consumer.pause(*[tp for tp in consumer.assignment() if tp not in remaining])
     last_progress = time.monotonic()
@@ -279,7 +301,7 @@ def _consume(consumer: Any, end: dict[Any, int], view: MetadataView, advance: An
         for tp, records in batches.items():
             wanted = [r for r in records if r.offset < end[tp]]
             for record in wanted:
-                view.fold(tp.partition, record.value)
+                sink(tp.partition, record)
             advance(len(wanted))
             if consumer.position(tp) >= end[tp]:
                 remaining.discard(tp)

@@ -1,4 +1,5 @@
-"""``tierd admin tiering status``: where each partition's data lives.
+"""``tierd admin tiering status``: where each partition's data lives
+(``tiering dump-metadata``: ``broker.admin.tiering_dump``).
 
 Every broker is asked with DescribeTiering (``protocol.tierd_apis``) for the
 partitions it hosts; the leader's answer gives the partition's row (log
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.admin import tiering_dump
 from broker.admin.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -81,6 +83,7 @@ def register(sub: Any) -> None:
     status.add_argument("--count", type=int, metavar="N",
                         help="with --watch: stop after N refreshes")
     status.set_defaults(func=run_status)
+    tiering_dump.register(tsub)
 
 
 def run_status(args: Any) -> int:

@@ -35,8 +35,8 @@ from storage.remote.types import (
     TopicIdPartition,
 )
 
-__all__ = ["MetadataRecordError", "PartitionSnapshot", "deserialize", "parse_snapshot",
-           "serialize", "snapshot_bytes"]
+__all__ = ["MetadataRecordError", "PartitionSnapshot", "describe", "deserialize",
+           "parse_snapshot", "serialize", "snapshot_bytes"]
 
 
 def _tip_fields(tip: TopicIdPartition) -> dict[str, Any]:
@@ -78,6 +78,33 @@ def _to_record(event: RemoteLogMetadata) -> tuple[ApiKey, dict[str, Any]]:
             "custom_metadata": event.custom_metadata,
             "remote_log_segment_state": int(event.state)}
     return ApiKey.REMOTE_PARTITION_DELETE_METADATA, _delete_fields(event)
+
+
+def describe(event: RemoteLogMetadata) -> dict[str, Any]:
+    """``event`` as plain values for a person or a script (``tierd admin
+    tiering dump-metadata``, as KIP-1057's formatter prints the topic): the
+    record's type, then its fields under their schema names; ids as text,
+    custom metadata as hex, states by name."""
+    api_key, fields = _to_record(event)
+    return {"type": api_key.name, **_plain(fields), **_state_names(event)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)  # a UUID
+
+
+def _state_names(event: RemoteLogMetadata) -> dict[str, str]:
+    if isinstance(event, RemotePartitionDeleteMetadata):
+        return {"remote_partition_delete_state": event.state.name}
+    return {"remote_log_segment_state": event.state.name}
 
 
 def serialize(event: RemoteLogMetadata) -> bytes:

@@ -7,6 +7,7 @@ and ListOffsets answers (-2, -4, -5, -1).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,48 @@ def test_status_matches_the_tier_the_disk_and_list_offsets(
     watched = ok(broker.bootstrap, "--json", "tiering", "status", topic, "--watch", "0.1",
                  "--count", "2").stdout.splitlines()
     assert len(watched) == 2 and all(topic in line for line in watched)
+
+
+def test_dump_metadata_prints_each_copy_decoded(
+        request: pytest.FixtureRequest, tmp_path: Path, tier: RemoteTier, topic: str) -> None:
+    broker = start_tiered(request, tmp_path / "broker", tier)
+    other = f"{topic}-other"
+    for name in (topic, other):
+        create_tiered_topic(broker, name)
+    with raw(broker) as client:
+        produce_batches(client, topic, 0, numbered_batches(4, PER_BATCH))
+        produce_batches(client, other, 0, numbered_batches(3, PER_BATCH))
+        wait_tiered(broker, tier, topic, 3)
+        wait_tiered(broker, tier, other, 2)
+
+    def dump(*extra: str) -> list[dict]:
+        out = ok(broker.bootstrap, "tiering", "dump-metadata", *extra).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    def name(event: dict) -> str:
+        tip = (event.get("remote_log_segment_id") or event)["topic_id_partition"]
+        return tip["name"]
+
+    lines = dump("--topic", topic)
+    events = [line["event"] for line in lines]
+    assert {name(e) for e in events} == {topic}
+    # Each segment: its metadata (COPY_SEGMENT_STARTED), then the update that finished it.
+    started = [e for e in events if e["type"] == "REMOTE_LOG_SEGMENT_METADATA"]
+    assert [(e["start_offset"], e["end_offset"]) for e in started] == [(0, 1), (2, 3), (4, 5)]
+    assert {e["remote_log_segment_state"] for e in started} == {"COPY_SEGMENT_STARTED"}
+    finished = {e["remote_log_segment_id"]["id"] for e in events
+                if e["type"] == "REMOTE_LOG_SEGMENT_METADATA_UPDATE"
+                and e["remote_log_segment_state"] == "COPY_SEGMENT_FINISHED"}
+    assert finished == {e["remote_log_segment_id"]["id"] for e in started}
+    assert all(e["segment_leader_epochs"] == [{"leader_epoch": 0, "offset": e["start_offset"]}]
+               for e in started)
+    # Offsets rise within each metadata partition; every record has one.
+    for partition in {line["partition"] for line in lines}:
+        offsets = [line["offset"] for line in lines if line["partition"] == partition]
+        assert offsets == sorted(offsets)
+    everything = dump()
+    assert {name(line["event"]) for line in everything} == {topic, other}
+    assert len(everything) == len(lines) + 2 * 2  # the other topic's two segments
 
 
 def test_status_errors_are_one_line_and_an_exit_code(broker_factory, topic: str) -> None:
