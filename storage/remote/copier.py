@@ -90,11 +90,15 @@ async def _copy_one(p: TieredPartition, svc: RemoteServices, seg: LogSegment) ->
                           seg.txn_index.existing_path, snapshot,
                           checkpoint.format_epochs(entries).encode())
     topic = p.tip.topic
+    waited = 0.0
     while (wait := svc.copy_quota.throttle_seconds()) > 0:
         # KIP-956: over remote.log.manager.copy.max.bytes.per.second; wait.
         await trio.sleep(wait)
+        waited += wait
         if p.cancelled:
             return
+    if waited:
+        svc.metrics.copy_throttle.observe(waited)
     await svc.rlmm.add_remote_log_segment_metadata(md)
     p.copying.add(md.remote_log_segment_id.id)
     svc.metrics.copy_requests.labels(topic).inc()

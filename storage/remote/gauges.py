@@ -19,6 +19,7 @@ partitions is paced, see ``storage.pace``); ``collect`` in any thread.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,10 @@ _PARTITION_GAUGES = {
     "RemoteLogMetadataCount": "Remote segments known for the partition",
     "RemoteCopyLagBytes": "Bytes of closed local segments not yet tiered",
     "RemoteCopyLagSegments": "Closed local segments not yet tiered",
+    "RemoteDeleteLagBytes": "Bytes of remote segments to delete and not yet deleted: being "
+                            "deleted, or wholly below the log start",
+    "RemoteDeleteLagSegments": "Remote segments to delete and not yet deleted",
+    "RemoteLogSizeComputationTime": "Milliseconds taken to compute RemoteLogSizeBytes",
     "RemoteOrphanObjects": "Remote objects of no live segment, at the last audit (leader)",
     "RemoteOrphanBytes": "Bytes of those orphan objects, at the last audit (leader)",
     "RemoteMissingSegments": "Finished segments without a .log object, at the last audit",
@@ -85,14 +90,24 @@ class RemoteGaugeSnapshot:
 
 def partition_gauges(p: TieredPartition, rlmm: Any) -> dict[str, float]:
     """One ready leader partition's gauges (the audit's only once it has run)."""
+    started = time.perf_counter()
     segments = list(rlmm.list_remote_log_segments(p.tip))
     finished = [m for m in segments if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    size = sum(m.segment_size_in_bytes for m in finished)
+    size_ms = (time.perf_counter() - started) * 1000
     lag = copy_candidates(p) if not p.cancelled else []
+    log_start = p.log.log_start_offset
+    doomed = [m for m in segments if m.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+              or (m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                  and m.end_offset < log_start)]
     gauges = {
-        "RemoteLogSizeBytes": float(sum(m.segment_size_in_bytes for m in finished)),
+        "RemoteLogSizeBytes": float(size),
         "RemoteLogMetadataCount": float(len(segments)),
         "RemoteCopyLagBytes": float(sum(s.size for s in lag)),
         "RemoteCopyLagSegments": float(len(lag)),
+        "RemoteDeleteLagBytes": float(sum(m.segment_size_in_bytes for m in doomed)),
+        "RemoteDeleteLagSegments": float(len(doomed)),
+        "RemoteLogSizeComputationTime": size_ms,
     }
     if p.audit is not None:
         gauges.update({

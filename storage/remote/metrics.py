@@ -101,3 +101,15 @@ class RemoteMetrics:
                                     registry=r)
         self.delete_errors = Counter("RemoteDeleteErrorsPerSec", "Failed remote deletions",
                                      ["topic"], registry=r)
+        # KIP-956 quotas: how long a copy waited for the copy quota, and how
+        # far over its quota the broker was when a remote read was refused
+        # (the fetch is answered without it and the client asks again).
+        throttle_buckets = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+        self.copy_throttle = Histogram(
+            "RemoteCopyThrottleTimeSeconds", "Time a segment copy waited for "
+            "remote.log.manager.copy.max.bytes.per.second", buckets=throttle_buckets,
+            registry=r)
+        self.fetch_throttle = Histogram(
+            "RemoteFetchThrottleTimeSeconds", "Throttle time of a remote read refused by "
+            "remote.log.manager.fetch.max.bytes.per.second", buckets=throttle_buckets,
+            registry=r)

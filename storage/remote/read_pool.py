@@ -121,7 +121,9 @@ class RemoteReadPool:
             KafkaApiError: KAFKA_STORAGE_ERROR if the reader queue is full,
                 OFFSET_OUT_OF_RANGE if no remote segment holds the offset.
         """
-        if self.svc.fetch_quota.exceeded():
+        throttle = self.svc.fetch_quota.throttle_seconds()
+        if throttle > 0:
+            self.svc.metrics.fetch_throttle.observe(throttle)
             return False
         if self.in_flight >= self.svc.reader_max_pending or self._nursery is None:
             self.svc.metrics.fetch_errors.labels(p.tip.topic).inc()

@@ -47,6 +47,31 @@ async def test_the_exporter_reads_the_snapshot_not_the_live_state(tmp_path):
     assert samples(registry, "RemoteLogReaderAvgIdlePercent") == {(): 100.0}
 
 
+async def test_delete_lag_counts_segments_to_delete_until_the_expirer_deletes_them(tmp_path):
+    s = Setup(tmp_path)
+    s.produce(20)
+    await s.start()
+    await s.cycle()
+    registry = CollectorRegistry()
+    gauges = RemoteGaugeCollector(s.rlm.partitions, s.svc)
+    registry.register(gauges)
+    await gauges.snapshot()
+    assert samples(registry, "RemoteDeleteLagSegments") == {("t", "0"): 0}
+    assert samples(registry, "RemoteLogSizeComputationTime")[("t", "0")] >= 0
+    tiered = sorted(s.rlmm.list_remote_log_segments(s.tip), key=lambda m: m.start_offset)
+    assert len(tiered) >= 3
+    # DeleteRecords moves the log start past the first two remote segments.
+    s.log.advance_log_start_offset(tiered[1].end_offset + 1)
+    await gauges.snapshot()
+    assert samples(registry, "RemoteDeleteLagSegments") == {("t", "0"): 2}
+    assert samples(registry, "RemoteDeleteLagBytes") == {
+        ("t", "0"): sum(m.segment_size_in_bytes for m in tiered[:2])}
+    await s.cycle()  # the expirer deletes them
+    await gauges.snapshot()
+    assert samples(registry, "RemoteDeleteLagSegments") == {("t", "0"): 0}
+    assert samples(registry, "RemoteDeleteLagBytes") == {("t", "0"): 0}
+
+
 async def test_the_snapshot_task_refreshes_every_interval(tmp_path, autojump_clock):
     s = Setup(tmp_path)
     await s.start()

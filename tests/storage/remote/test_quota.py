@@ -48,6 +48,10 @@ async def test_copier_waits_for_the_copy_quota(tmp_path, autojump_clock):
     assert s.log.highest_tiered_offset == s.log.segments[-2].last_offset
     # Every copy after the first waited for the previous one to leave the window.
     assert trio.current_time() - started >= (closed - 1) * 1.0
+    waits = s.svc.metrics.copy_throttle.collect()[0].samples
+    count = next(x.value for x in waits if x.name.endswith("_count"))
+    total = next(x.value for x in waits if x.name.endswith("_sum"))
+    assert count == closed - 1 and total >= (closed - 1) * 1.0
 
 
 async def test_reads_are_skipped_while_over_the_fetch_quota(tmp_path):
@@ -65,3 +69,6 @@ async def test_reads_are_skipped_while_over_the_fetch_quota(tmp_path):
         nursery.cancel_scope.cancel()
     # Over quota: no remote read (the purgatory answers the partition empty).
     assert not started and s.reads.in_flight == 0
+    refused = s.svc.metrics.fetch_throttle.collect()[0].samples
+    assert next(x.value for x in refused if x.name.endswith("_count")) == 1
+    assert next(x.value for x in refused if x.name.endswith("_sum")) > 0
