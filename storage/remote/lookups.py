@@ -70,19 +70,23 @@ class RemoteLookups:
         if not self.partitions.tiered_here(tp):
             return []
         p = await self.partitions.readable(tp)
-        finished = sorted((m for m in self._lineage(p.tip, p.log)
-                           if m.end_offset >= start), key=lambda m: m.start_offset)
+        finished = sorted((m for m in self.svc.rlmm.list_remote_log_segments(p.tip)
+                           if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                           and m.end_offset >= start), key=lambda m: m.start_offset)
+        entries, end = p.log.epochs.entries, p.log.end_offset
         out: list[AbortedTxn] = []
-        searched = start
         for md in finished:
+            # Called for every read_committed fetch: a segment with no
+            # transaction index (most) is passed over before any lineage check.
+            if lacks_txn_index(md) or not in_lineage(md, entries, end):
+                continue
             found, complete = collect_overlapping(await self._aborted_entries(md), start, upper)
             out += found
             if complete:
                 return out
-            searched = max(searched, md.end_offset + 1)
-        # The local segments beyond what the tier answered for (a tiered
-        # segment still kept locally would give its entries twice).
-        local_from = max(searched, p.log.local_log_start_offset)
+        # Then the local segments; a tiered segment still kept locally gives
+        # the same entries again, which are left out.
+        local_from = max(start, p.log.local_log_start_offset)
         return out + [t for t in p.log.collect_aborted(local_from, upper) if t not in out]
 
     def _lineage(self, tip: TopicIdPartition, lg: Log) -> list[RemoteLogSegmentMetadata]:
