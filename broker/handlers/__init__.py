@@ -20,6 +20,7 @@ from broker.handlers import (
     admin_topics,
     api_versions,
     cluster,
+    consumer_groups,
     fetch,
     groups,
     init_producer_id,
@@ -41,6 +42,7 @@ Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
-                admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
+                admin_topics, admin_configs, cluster, init_producer_id, groups,
+                consumer_groups, offsets,
                 transactions, txn_admin, inter_broker, reassignments, tiering, security, acls):
     HANDLERS.update(_module.HANDLERS)

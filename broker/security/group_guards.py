@@ -126,3 +126,19 @@ def _filter_topics(access: Access, topics: list[Any], named: bool) -> list[Any]:
                 p.error_code, p.committed_offset, p.metadata = TOPIC_DENIED, -1, None
             out.append(t)
     return out
+
+
+async def consumer_group_heartbeat(access: Access, header: RequestHeader, req: Any,
+                                   handler: Handler) -> Any:
+    """READ on the group, then DESCRIBE on every subscribed topic (KIP-848)."""
+    code = ErrorCode.NONE
+    if not access.allows(Op.READ, R.GROUP, req.group_id):
+        code = GROUP_DENIED
+    elif req.subscribed_topic_names is not None and not all(
+            access.allows(Op.DESCRIBE, R.TOPIC, name) for name in req.subscribed_topic_names):
+        code = TOPIC_DENIED
+    if code is not ErrorCode.NONE:
+        return response_class(header)(throttle_time_ms=0, error_code=code, error_message=None,
+                                      member_id=None, member_epoch=0, heartbeat_interval_ms=0,
+                                      assignment=None)
+    return await handler(access.ctx, header, req, access.session)

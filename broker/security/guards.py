@@ -303,6 +303,7 @@ GUARDS: dict[int, Guard] = {
     50: on_cluster(Op.DESCRIBE),  # DescribeUserScramCredentials
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
     60: describe_cluster,
+    68: gg.consumer_group_heartbeat,
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
     # WriteTxnMarkers and the KIP-664 transaction tooling.
     **txn_guards.GUARDS,

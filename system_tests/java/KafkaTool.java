@@ -42,6 +42,13 @@
 //       describe-producers --topic T --partition P... [--broker ID]
 //       abort-transaction --topic T --partition P --producer-id PID --producer-epoch E
 //                         --coordinator-epoch CE
+//   group-member --bootstrap B --topic T --group G
+//       A long-running subscribe() member (set group.protocol etc. with --prop):
+//       unlike the other subcommands it prints one JSON object per line as
+//       things happen ({"ev":"assigned"|"revoked"|"lost","partitions":[..]},
+//       {"ev":"batch","records":[[p,o],..],"ok":bool} after each commitSync),
+//       and when stdin reaches end of file it closes the consumer (leaving
+//       the group), prints {"ev":"closed"} and exits 0.
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -82,6 +89,8 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -151,6 +160,7 @@ public final class KafkaTool {
             case "produce" -> Produce.run(args);
             case "consume" -> Consume.run(args);
             case "admin" -> AdminOps.run(args);
+            case "group-member" -> GroupMember.run(args);
             default -> throw new IllegalArgumentException("unknown subcommand " + argv[0]);
         };
     }
@@ -788,6 +798,59 @@ public final class KafkaTool {
     }
 
     /** Minimal JSON writer for maps, lists, strings, numbers, booleans and null. */
+    /** A subscribe() member that reports its assignments and commits as JSON lines. */
+    static final class GroupMember {
+        static Outcome run(Args args) throws Exception {
+            String topic = args.required("topic");
+            String group = args.required("group");
+            PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+            java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+            Thread watcher = new Thread(() -> {
+                try {
+                    while (System.in.read() >= 0) { /* wait for end of file */ }
+                } catch (IOException e) { /* treat as end of file */ }
+                stop.set(true);
+            });
+            watcher.setDaemon(true);
+            watcher.start();
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(Consume.config(args, group))) {
+                consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) { emit(out, "revoked", parts); }
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) { emit(out, "assigned", parts); }
+                    public void onPartitionsLost(Collection<TopicPartition> parts) { emit(out, "lost", parts); }
+                });
+                while (!stop.get()) {
+                    ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
+                    if (batch.isEmpty()) continue;
+                    List<Object> seen = new ArrayList<>();
+                    for (ConsumerRecord<byte[], byte[]> r : batch) seen.add(List.of(r.partition(), r.offset()));
+                    boolean ok = true;
+                    try {
+                        consumer.commitSync(API_TIMEOUT);
+                    } catch (Exception e) {
+                        ok = false;
+                    }
+                    Map<String, Object> ev = new LinkedHashMap<>();
+                    ev.put("ev", "batch");
+                    ev.put("records", seen);
+                    ev.put("ok", ok);
+                    out.println(Json.write(ev));
+                }
+            }
+            return new Outcome(EXIT_OK, new LinkedHashMap<>(Map.of("ev", "closed")));
+        }
+
+        static void emit(PrintStream out, String ev, Collection<TopicPartition> parts) {
+            List<Integer> ids = new ArrayList<>();
+            for (TopicPartition tp : parts) ids.add(tp.partition());
+            Collections.sort(ids);
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("ev", ev);
+            body.put("partitions", ids);
+            out.println(Json.write(body));
+        }
+    }
+
     static final class Json {
         static String write(Object value) {
             StringBuilder sb = new StringBuilder();

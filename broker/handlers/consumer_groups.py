@@ -1,0 +1,78 @@
+"""ConsumerGroupHeartbeat (KIP-848): requests in, ``broker.coordinator`` calls,
+responses out.
+
+Partitions travel by topic id; the coordinator reads topic metadata from the
+broker's metadata cache through ``topic_lookup``. Requests for a group this
+broker does not coordinate get NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+before anything else is checked, as Kafka's coordinator runtime answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.context import BrokerContext, Session
+from broker.coordinator.assignors import Partitions, TopicMetadata
+from broker.coordinator.consumer import HeartbeatRequest, TopicView
+from broker.handlers.groups import coordinator, not_here
+from protocol.api import RequestHeader
+from protocol.consumer_group_apis import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+
+
+def topic_view(ctx: BrokerContext) -> TopicView:
+    """The broker's topics (ids, partition counts, names) from its metadata cache."""
+    def lookup(name: str) -> TopicMetadata | None:
+        info = ctx.metadata.topic(name)
+        return None if info is None else TopicMetadata(info.topic_id, name, info.partitions)
+
+    def is_internal(name: str) -> bool:
+        info = ctx.metadata.topic(name)
+        return info is not None and info.internal
+    return TopicView(lookup, ctx.metadata.topic_names, is_internal)
+
+
+def _owned(topics: Any | None) -> Partitions | None:
+    if topics is None:
+        return None
+    owned: Partitions = {}
+    for t in topics:
+        owned.setdefault(t.topic_id, set()).update(t.partitions)
+    return owned
+
+
+async def handle_consumer_group_heartbeat(ctx: BrokerContext, header: RequestHeader, req: Any,
+                                          session: Session) -> Any:
+    resp = ConsumerGroupHeartbeatResponse[header.api_version]
+    if code := not_here(ctx, req.group_id):
+        ctx.metrics.error("ConsumerGroupHeartbeat", code)
+        return resp(throttle_time_ms=0, error_code=code, error_message=None, member_id=None,
+                    member_epoch=0, heartbeat_interval_ms=0, assignment=None)
+    result = await coordinator(ctx).consumer_heartbeat(HeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+        instance_id=req.instance_id, rack_id=req.rack_id,
+        rebalance_timeout_ms=req.rebalance_timeout_ms,
+        subscribed=None if req.subscribed_topic_names is None
+        else list(req.subscribed_topic_names),
+        server_assignor=req.server_assignor, owned=_owned(req.topic_partitions),
+        client_id=header.client_id or "", client_host=session.client_host,
+        regex=req.subscribed_topic_regex if header.api_version >= 1 else None,
+        version=header.api_version), topic_view(ctx))
+    if result.error:
+        ctx.metrics.error("ConsumerGroupHeartbeat", result.error)
+    assignment = None
+    if result.assignment is not None:
+        tp_cls = resp.Assignment.TopicPartitions
+        assignment = resp.Assignment(topic_partitions=[
+            tp_cls(topic_id=topic_id, partitions=sorted(parts))
+            for topic_id, parts in sorted(result.assignment.items(), key=lambda i: str(i[0]))])
+    return resp(throttle_time_ms=0, error_code=result.error, error_message=result.message,
+                member_id=result.member_id, member_epoch=result.member_epoch,
+                heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
+
+
+HANDLERS = {
+    ConsumerGroupHeartbeatRequest.API_KEY: handle_consumer_group_heartbeat,
+}
