@@ -84,6 +84,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         # KIP-848 consumer groups (broker/handlers/consumer_groups.py).
         _spec(consumer_group_apis.ConsumerGroupHeartbeatRequest,
               consumer_group_apis.ConsumerGroupHeartbeatResponse, 0, 1),
+        _spec(consumer_group_apis.ConsumerGroupDescribeRequest,
+              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 0),
         # Transactions (broker/handlers/transactions.py); v5 = transaction version 2, not offered.
         _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 4),
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),

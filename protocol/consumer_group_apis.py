@@ -94,5 +94,6 @@ ConsumerGroupDescribeResponse: Any = _message(
                 _f("SubscribedTopicRegex", "string", nullableVersions="0+", default="null"),
                 _assignment("Assignment"),
                 _assignment("TargetAssignment")]),
-            # Bit field of ACL operations; INT32_MIN when not asked for.
-            _f("AuthorizedOperations", "int32", default="-2147483648")])])
+            # ACL operations as a set of operation codes (kafka-python's "bitfield"
+            # type, as it patches DescribeGroups); None when not asked for.
+            _f("AuthorizedOperations", "bitfield", default="-2147483648")])])

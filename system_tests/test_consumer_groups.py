@@ -31,14 +31,17 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.protocol import admin as admin_api
 from kafka.protocol import metadata as metadata_api
 
 from protocol.consumer_group_apis import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
 from system_tests import javatool
-from system_tests.test_groups import COMMIT, JOIN, REPO_ROOT, Broker, RawClient, child_env, wait_until
+from system_tests.test_groups import COMMIT, JOIN, LIST, REPO_ROOT, Broker, RawClient, child_env, wait_until
 
 PARTITIONS = 6
 PER_PARTITION = 50
@@ -47,6 +50,8 @@ PER_PARTITION = 50
 # heartbeats (revoke, then assign); JVM start-up on a loaded machine on top.
 SETTLE_S = 60.0
 HEARTBEAT = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse)
+CG_DESCRIBE = (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse)
+DESCRIBE_GROUPS = (admin_api.DescribeGroupsRequest, admin_api.DescribeGroupsResponse)
 
 
 class Member:
@@ -179,6 +184,7 @@ def test_java_members_split_partitions_leave_and_resume(broker: Broker, tmp_path
                lambda: first.diagnostics() + "\n" + second.diagnostics())
     wait_until(lambda: everything([first, second], PER_PARTITION), SETTLE_S,
                "every record to be processed and committed")
+    check_admin_view(broker.bootstrap, group, [first, second])
 
     first.leave()
     wait_until(lambda: second.owned() == set(range(PARTITIONS)), SETTLE_S,
@@ -192,8 +198,36 @@ def test_java_members_split_partitions_leave_and_resume(broker: Broker, tmp_path
     wait_until(lambda: len(third.first_offsets()) == PARTITIONS, SETTLE_S,
                "the new member to read every partition", third.diagnostics)
     assert third.first_offsets() == dict.fromkeys(range(PARTITIONS), PER_PARTITION)
+    deleted = admin_op(broker.bootstrap, "delete-groups", "--group", group)
+    assert deleted == {group: "GroupNotEmptyException"}
     third.leave()
+    assert admin_op(broker.bootstrap, "delete-groups", "--group", group) == {group: "ok"}
+    listed = admin_op(broker.bootstrap, "list-groups")["groups"]
+    assert group not in [g["group"] for g in listed]
     assert "Traceback" not in broker.log_text()
+
+
+def admin_op(bootstrap: str, *args: str) -> Any:
+    result = javatool.run(["admin", "--bootstrap", bootstrap, *args])
+    result.pop("_exit")
+    return result
+
+
+def check_admin_view(bootstrap: str, group: str, live: list[Member]) -> None:
+    """The Java Admin sees the group as Kafka 4.x shows a consumer group
+    (ConsumerGroupDescribe, ListGroups v5), with each member's partitions."""
+    described = wait_until(
+        lambda: (d := admin_op(bootstrap, "describe-consumer-groups", "--group", group)[group])
+        ["state"] == "Stable" and d, SETTLE_S, "the group to be described as stable")
+    assert (described["type"], described["assignor"]) == ("Consumer", "uniform")
+    assert described["group_epoch"] == described["assignment_epoch"] == 2
+    by_member = sorted(m["partitions"] for m in described["members"])
+    assert by_member == sorted(sorted(m.owned()) for m in live)
+    assert all(m["partitions"] == m["target"] and m["epoch"] == 2
+               for m in described["members"])
+    listed = {g["group"]: g for g in admin_op(bootstrap, "list-groups")["groups"]}
+    assert (listed[group]["type"], listed[group]["state"], listed[group]["protocol"]) == \
+        ("Consumer", "Stable", "consumer")
 
 
 def test_librdkafka_and_java_members_share_a_group(broker: Broker, tmp_path: Path,
@@ -222,6 +256,7 @@ def test_librdkafka_and_java_members_share_a_group(broker: Broker, tmp_path: Pat
 # -- bad input over the wire ------------------------------------------------------
 
 INVALID_REQUEST = 42
+INVALID_GROUP_ID = 24
 GROUP_ID_NOT_FOUND = 69
 UNKNOWN_MEMBER_ID = 25
 FENCED_MEMBER_EPOCH = 110
@@ -298,5 +333,27 @@ def test_bad_heartbeats_get_kafka_error_codes(broker: Broker) -> None:
         required = join("")
         assert join(required.member_id).error_code == 0
         assert _heartbeat(client, "classic", "m2", 0).error_code == GROUP_ID_NOT_FOUND
+
+        # ListGroups v5 tells the types apart; DescribeGroups and
+        # ConsumerGroupDescribe each describe only their own kind.
+        assert _heartbeat(client, "g", "m1", 0).error_code == 0
+        listed = client.call(*LIST, 5, states_filter=[], types_filter=["consumer"])
+        assert [(g.group_id, g.group_type, g.group_state, g.protocol_type)
+                for g in listed.groups] == [("g", "consumer", "Stable", "consumer")]
+        classic = client.call(*DESCRIBE_GROUPS, 5, groups=["g", "classic"],
+                              include_authorized_operations=False)
+        assert [(g.group_id, g.group_state) for g in classic.groups] == \
+            [("g", "Dead"), ("classic", "CompletingRebalance")]
+        described = client.call(*CG_DESCRIBE, 0, group_ids=["g", "classic", ""],
+                                include_authorized_operations=True)
+        ok, other, empty = described.groups
+        assert (ok.error_code, ok.group_state, ok.assignor_name, ok.group_epoch) == \
+            (0, "Stable", "uniform", ok.assignment_epoch)
+        assert ok.authorized_operations == {3, 6, 8}
+        [member] = ok.members
+        assert member.member_id == "m1" and member.subscribed_topic_names == ["events"]
+        assert [(t.topic_name, sorted(t.partitions)) for t in member.assignment.topic_partitions] \
+            == [("events", [0, 1])]
+        assert (other.error_code, empty.error_code) == (GROUP_ID_NOT_FOUND, INVALID_GROUP_ID)
     finally:
         client.close()

@@ -169,7 +169,7 @@ class OffsetManager:
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, []
-        subscribed: set[str] = set()
+        subscribed = self.consumer_topics(group_id) or set()
         if not group.is_in(S.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 return E.NON_EMPTY_GROUP, []

@@ -1,5 +1,5 @@
-"""ConsumerGroupHeartbeat (KIP-848): requests in, ``broker.coordinator`` calls,
-responses out.
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848): requests in,
+``broker.coordinator`` calls, responses out.
 
 Partitions travel by topic id; the coordinator reads topic metadata from the
 broker's metadata cache through ``topic_lookup``. Requests for a group this
@@ -14,12 +14,16 @@ from typing import Any
 from broker.context import BrokerContext, Session
 from broker.coordinator.assignors import Partitions, TopicMetadata
 from broker.coordinator.consumer import HeartbeatRequest, TopicView
-from broker.handlers.groups import coordinator, not_here
+from broker.coordinator.consumer_group import ConsumerGroup
+from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here
 from protocol.api import RequestHeader
 from protocol.consumer_group_apis import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from protocol.errors import ErrorCode
 
 
 def topic_view(ctx: BrokerContext) -> TopicView:
@@ -73,6 +77,54 @@ async def handle_consumer_group_heartbeat(ctx: BrokerContext, header: RequestHea
                 heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
 
 
+async def handle_consumer_group_describe(ctx: BrokerContext, header: RequestHeader, req: Any,
+                                         session: Session) -> Any:
+    resp = ConsumerGroupDescribeResponse[header.api_version]
+    group_cls = resp.DescribedGroup
+    out = []
+    for group_id in req.group_ids:
+        code = ErrorCode.INVALID_GROUP_ID if not group_id else not_here(ctx, group_id)
+        group = coordinator(ctx).consumer_groups.get(group_id) if not code else None
+        if group is None:
+            code = code or ErrorCode.GROUP_ID_NOT_FOUND
+            ctx.metrics.error("ConsumerGroupDescribe", code)
+            out.append(group_cls(error_code=code, error_message=None, group_id=group_id,
+                                 group_state="", group_epoch=0, assignment_epoch=0,
+                                 assignor_name="", members=[], authorized_operations=None))
+            continue
+        described = _describe(ctx, group_cls, group)
+        if req.include_authorized_operations:
+            described.authorized_operations = GROUP_OPERATIONS
+        out.append(described)
+    return resp(throttle_time_ms=0, groups=out)
+
+
+def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
+    member_cls = group_cls.Member
+    assignment_cls = member_cls.Assignment
+
+    def assignment(parts: Partitions) -> Any:
+        named = [(info.name, topic_id, sorted(ps)) for topic_id, ps in parts.items()
+                 if (info := ctx.metadata.topic_by_id(topic_id)) is not None]
+        return assignment_cls(topic_partitions=[
+            assignment_cls.TopicPartitions(topic_id=topic_id, topic_name=name, partitions=ps)
+            for name, topic_id, ps in sorted(named)])
+
+    members = [member_cls(
+        member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+        member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+        subscribed_topic_names=sorted(m.subscribed), subscribed_topic_regex=m.regex,
+        assignment=assignment(m.assigned),
+        target_assignment=assignment(group.target.get(m.member_id, {})))
+        for m in group.members.values()]
+    return group_cls(error_code=0, error_message=None, group_id=group.group_id,
+                     group_state=group.state.value, group_epoch=group.group_epoch,
+                     assignment_epoch=group.assignment_epoch,
+                     assignor_name=coordinator(ctx).consumer.preferred_assignor(group),
+                     members=members, authorized_operations=None)
+
+
 HANDLERS = {
     ConsumerGroupHeartbeatRequest.API_KEY: handle_consumer_group_heartbeat,
+    ConsumerGroupDescribeRequest.API_KEY: handle_consumer_group_describe,
 }

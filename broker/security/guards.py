@@ -304,6 +304,7 @@ GUARDS: dict[int, Guard] = {
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
     60: describe_cluster,
     68: gg.consumer_group_heartbeat,
+    69: gg.consumer_group_describe,
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
     # WriteTxnMarkers and the KIP-664 transaction tooling.
     **txn_guards.GUARDS,

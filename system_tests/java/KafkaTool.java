@@ -49,6 +49,9 @@
 //       {"ev":"batch","records":[[p,o],..],"ok":bool} after each commitSync),
 //       and when stdin reaches end of file it closes the consumer (leaving
 //       the group), prints {"ev":"closed"} and exits 0.
+//       list-groups                        (id, type, state, protocol of every group)
+//       describe-consumer-groups --group G...
+//       delete-groups --group G...
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -493,6 +496,8 @@ public final class KafkaTool {
                     case "delete-acls" -> deleteAcls(admin, args.all("acl"));
                     case "list-transactions", "describe-transactions", "describe-producers",
                          "abort-transaction" -> TransactionOps.run(admin, args);
+                    case "list-groups", "describe-consumer-groups", "delete-groups" ->
+                        GroupOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -798,6 +803,79 @@ public final class KafkaTool {
     }
 
     /** Minimal JSON writer for maps, lists, strings, numbers, booleans and null. */
+    /** Admin operations on consumer groups (classic and KIP-848). */
+    static final class GroupOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "list-groups" -> listGroups(admin);
+                case "describe-consumer-groups" -> describe(admin, args.all("group"));
+                case "delete-groups" -> delete(admin, args.all("group"));
+                default -> throw new IllegalArgumentException("unknown group op " + args.positional().get(0));
+            };
+        }
+
+        static Map<String, Object> listGroups(Admin admin) throws Exception {
+            List<Object> groups = new ArrayList<>();
+            for (org.apache.kafka.clients.admin.GroupListing g : admin.listGroups().all().get()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("group", g.groupId());
+                m.put("type", g.type().map(Object::toString).orElse(null));
+                m.put("state", g.groupState().map(Object::toString).orElse(null));
+                m.put("protocol", g.protocol());
+                groups.add(m);
+            }
+            return Map.of("groups", groups);
+        }
+
+        static Map<String, Object> describe(Admin admin, List<String> ids) throws Exception {
+            Map<String, Object> out = new TreeMap<>();
+            var described = admin.describeConsumerGroups(ids).all().get();
+            for (var e : described.entrySet()) {
+                var d = e.getValue();
+                Map<String, Object> g = new LinkedHashMap<>();
+                g.put("type", d.type().toString());
+                g.put("state", d.groupState().toString());
+                g.put("assignor", d.partitionAssignor());
+                g.put("group_epoch", d.groupEpoch().orElse(null));
+                g.put("assignment_epoch", d.targetAssignmentEpoch().orElse(null));
+                List<Object> members = new ArrayList<>();
+                for (var m : d.members()) {
+                    Map<String, Object> mm = new LinkedHashMap<>();
+                    mm.put("member_id", m.consumerId());
+                    mm.put("client_id", m.clientId());
+                    mm.put("epoch", m.memberEpoch().orElse(null));
+                    List<Integer> parts = new ArrayList<>();
+                    for (TopicPartition tp : m.assignment().topicPartitions()) parts.add(tp.partition());
+                    Collections.sort(parts);
+                    mm.put("partitions", parts);
+                    List<Integer> target = new ArrayList<>();
+                    m.targetAssignment().ifPresent(t -> {
+                        for (TopicPartition tp : t.topicPartitions()) target.add(tp.partition());
+                    });
+                    Collections.sort(target);
+                    mm.put("target", target);
+                    members.add(mm);
+                }
+                g.put("members", members);
+                out.put(e.getKey(), g);
+            }
+            return out;
+        }
+
+        static Map<String, Object> delete(Admin admin, List<String> ids) {
+            Map<String, Object> out = new TreeMap<>();
+            for (var e : admin.deleteConsumerGroups(ids).deletedGroups().entrySet()) {
+                try {
+                    e.getValue().get();
+                    out.put(e.getKey(), "ok");
+                } catch (Exception ex) {
+                    out.put(e.getKey(), describeError(ex).get("class"));
+                }
+            }
+            return out;
+        }
+    }
+
     /** A subscribe() member that reports its assignments and commits as JSON lines. */
     static final class GroupMember {
         static Outcome run(Args args) throws Exception {

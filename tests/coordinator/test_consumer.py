@@ -284,3 +284,26 @@ async def test_offsets_of_subscribed_topics_do_not_expire_while_the_group_has_me
     hb(coordinator, "m1", -1)
     coordinator.offsets.expire()
     assert "g" not in coordinator.groups
+
+
+async def test_consumer_groups_in_list_describe_and_delete(coordinator):
+    from broker.coordinator import admin
+    hb(coordinator, "m1", 0)
+    commit = [PartitionCommit("a", 0, 7, -1, None)]
+    await coordinator.commit_offsets("g", 1, "m1", None, -1, commit, version=9)
+    groups, consumer_groups = coordinator.groups, coordinator.consumer_groups
+    listed = admin.list_groups(groups, None, None, consumer_groups)
+    assert [(g.group_id, g.group_type, g.state) for g in listed] == [("g", "consumer", "Stable")]
+    assert admin.list_groups(groups, None, ["classic"], consumer_groups) == []
+    assert admin.list_groups(groups, ["empty"], None, consumer_groups) == []
+    assert admin.describe_group(groups, "g", consumer_groups).state == "Dead"
+    assert admin.delete_groups(groups, coordinator.offsets, ["g"], consumer_groups) == \
+        [E.NON_EMPTY_GROUP]
+    assert coordinator.offsets.delete("g", [("a", 0), ("z", 0)]) == \
+        (E.NONE, [E.GROUP_SUBSCRIBED_TO_TOPIC, E.NONE])
+    hb(coordinator, "m1", -1)
+    assert [g.state for g in admin.list_groups(groups, ["EMPTY"], None, consumer_groups)] == \
+        ["Empty"]
+    assert admin.delete_groups(groups, coordinator.offsets, ["g"], consumer_groups) == [E.NONE]
+    assert "g" not in groups and "g" not in consumer_groups
+    assert coordinator.offsets.fetch("g", [("a", 0)]) == [(("a", 0), None)]
