@@ -14,7 +14,7 @@ group of another type (ConsumerGroupDescribe is their describe).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -91,8 +91,11 @@ def describe_group(groups: dict[str, Group], group_id: str,
 
 def delete_groups(groups: dict[str, Group], offsets: OffsetManager,
                   group_ids: list[str],
-                  consumer_groups: dict[str, ConsumerGroup] | None = None) -> list[ErrorCode]:
-    """Delete Empty groups with their offsets; one error code per id."""
+                  consumer_groups: dict[str, ConsumerGroup] | None = None,
+                  delete_consumer_records: Callable[[str], ErrorCode] = lambda g: ErrorCode.NONE
+                  ) -> list[ErrorCode]:
+    """Delete Empty groups with their offsets (and an empty consumer group's
+    records, with ``delete_consumer_records``); one error code per id."""
     consumer_groups = consumer_groups if consumer_groups is not None else {}
     out = []
     for group_id in group_ids:
@@ -101,6 +104,10 @@ def delete_groups(groups: dict[str, Group], offsets: OffsetManager,
         if consumer_group is not None:
             if consumer_group.members:
                 out.append(ErrorCode.NON_EMPTY_GROUP)
+                continue
+            error = delete_consumer_records(group_id)
+            if error is not ErrorCode.NONE:
+                out.append(error)
                 continue
             del consumer_groups[group_id]
             if group is None:

@@ -125,12 +125,15 @@ def _fail(code: ErrorCode, message: str) -> HeartbeatError:
 class ConsumerGroups:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group],
                  consumer_groups: dict[str, ConsumerGroup], timers: Timers,
-                 on_change: Callable[[ConsumerGroup], None] = lambda g: None) -> None:
+                 on_change: Callable[[ConsumerGroup, set[str] | None], ErrorCode]
+                 = lambda g, m: E.NONE) -> None:
         """Args:
             groups: the coordinator's classic groups (a non-empty one blocks
                 a consumer group of the same id).
             consumer_groups: the coordinator's consumer groups, shared with it.
-            on_change: called after a request or timer changed a group.
+            on_change: called after a request or timer changed a group, with
+                the members it touched (None: all); persists the change, and
+                returns the error to answer if that failed.
         """
         self.config = config
         self.groups = groups
@@ -205,7 +208,10 @@ class ConsumerGroups:
                 and member_id not in group.members:
             raise _fail(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum "
                         f"capacity of {self.config['group.consumer.max.size']} members.")
-        member, bump = self._member(group, member_id, req)
+        touched = {member_id}
+        member, bump, replaced = self._member(group, member_id, req)
+        if replaced is not None:
+            touched.add(replaced)
         before = copy_partitions(member.assigned)
         if req.rack_id is not None:
             member.rack_id = req.rack_id
@@ -227,23 +233,27 @@ class ConsumerGroups:
         if bump:
             group.group_epoch += 1
             log.info("consumer group epoch bumped", group=group.group_id, epoch=group.group_epoch)
-        if group.group_epoch > group.assignment_epoch:
+        everyone = group.group_epoch > group.assignment_epoch
+        if everyone:
             self._assign(group)
         self._reconcile(group, member, req.owned)
         self._arm_session(group, member)
+        error = self.on_change(group, None if everyone else touched)
+        if error is not E.NONE:
+            return HeartbeatResult(error, None, None, 0)
         full = req.member_epoch == JOIN_EPOCH or (
             req.rebalance_timeout_ms != -1
             and (req.subscribed is not None or req.regex is not None)
             and req.owned is not None)
         changed = member.assigned != before
-        self.on_change(group)
         return HeartbeatResult(E.NONE, None, member.member_id, member.member_epoch,
                                self.config["group.consumer.heartbeat.interval.ms"],
                                copy_partitions(member.assigned) if full or changed else None)
 
-    def _member(self, group: ConsumerGroup, member_id: str,
-                req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
-        """The member the request speaks for, created on a join; whether it is new."""
+    def _member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
+                ) -> tuple[ConsumerMember, bool, str | None]:
+        """The member the request speaks for, created on a join; whether it is
+        new; the member id it replaced (a static member back under a new id)."""
         joining = req.member_epoch == JOIN_EPOCH
         if req.instance_id is not None:
             known_id = group.static_members.get(req.instance_id)
@@ -259,7 +269,7 @@ class ConsumerGroups:
                 self._cancel_timers(group, known_id)
                 log.info("static member rejoined", group=group.group_id,
                          instance=req.instance_id, old_member=known_id, member=member_id)
-                return group.replace_static(known_id, member_id), False
+                return group.replace_static(known_id, member_id), False, known_id
             if known_id is None and not joining:
                 raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         member = group.members.get(member_id)
@@ -272,14 +282,14 @@ class ConsumerGroups:
                                     req.server_assignor)
             group.add(member)
             log.info("member joined consumer group", group=group.group_id, member=member_id)
-            return member, True
+            return member, True, None
         if joining:
             if member.member_epoch != JOIN_EPOCH:
                 # It gave up its partitions and starts over under the same id.
                 group.reset(member)
-            return member, False
+            return member, False, None
         self._check_epoch(member, req.member_epoch, req.owned)
-        return member, False
+        return member, False, None
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, epoch: int, owned: Partitions | None) -> None:
@@ -368,20 +378,21 @@ class ConsumerGroups:
                          member=member.member_id, instance=req.instance_id)
                 group.apply_static_leave(member)
                 self.timers.cancel(("consumer-revoke", group.group_id, member.member_id))
-                self.on_change(group)
-                return HeartbeatResult(E.NONE, None, member.member_id, STATIC_LEAVE_EPOCH)
+                error = self.on_change(group, {member.member_id})
+                return HeartbeatResult(error, None, member.member_id, STATIC_LEAVE_EPOCH)
         log.info("member left consumer group", group=group.group_id, member=member.member_id)
-        self.fence(group, member)
-        return HeartbeatResult(E.NONE, None, req.member_id, req.member_epoch)
+        error = self.fence(group, member)
+        return HeartbeatResult(error, None, req.member_id, req.member_epoch)
 
-    def fence(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+    def fence(self, group: ConsumerGroup, member: ConsumerMember) -> ErrorCode:
         """Remove a member (left, session or revocation timed out): its
         partitions are free and the group epoch moves on."""
         self._cancel_timers(group, member.member_id)
         if group.remove(member.member_id) is None:
-            return
+            return E.NONE
         group.group_epoch += 1
-        self.on_change(group)
+        log.info("consumer group epoch bumped", group=group.group_id, epoch=group.group_epoch)
+        return self.on_change(group, {member.member_id})
 
     def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         self.timers.cancel(("consumer-session", group.group_id, member_id))

@@ -296,7 +296,7 @@ class ConsumerGroup:
             self.target[new_id] = self.target.pop(old_id)
         assert member.instance_id is not None
         self.static_members[member.instance_id] = new_id
-        self._hold(member)
+        self.hold(member)
         return member
 
     def apply(self, member: ConsumerMember, step: Reconciled) -> None:
@@ -308,7 +308,7 @@ class ConsumerGroup:
             member.member_epoch = step.epoch
         member.assigned = copy_partitions(step.assigned)
         member.pending_revocation = copy_partitions(step.pending_revocation)
-        self._hold(member)
+        self.hold(member)
 
     def reset(self, member: ConsumerMember) -> None:
         """The member starts over (joined again with epoch 0): it holds nothing."""
@@ -324,7 +324,7 @@ class ConsumerGroup:
         self._release(member)
         member.member_epoch = STATIC_LEAVE_EPOCH
         member.pending_revocation = {}
-        self._hold(member)
+        self.hold(member)
 
     def _release(self, member: ConsumerMember) -> None:
         for parts in (member.assigned, member.pending_revocation):
@@ -332,7 +332,7 @@ class ConsumerGroup:
                 for p in ps:
                     self.partition_epochs.pop((topic_id, p), None)
 
-    def _hold(self, member: ConsumerMember) -> None:
+    def hold(self, member: ConsumerMember) -> None:
         for parts in (member.assigned, member.pending_revocation):
             for topic_id, ps in parts.items():
                 for p in ps:

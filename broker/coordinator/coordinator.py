@@ -43,6 +43,7 @@ import trio
 from broker.coordinator.classic import ClassicGroups
 from broker.coordinator.consumer import ConsumerGroups, HeartbeatRequest, HeartbeatResult, TopicView
 from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_store import ConsumerGroupRecords
 from broker.coordinator.group import Group, JoinRequest, JoinResult, Reply, SyncResult
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import load_groups, offsets_store
@@ -81,7 +82,9 @@ class GroupCoordinator:
         self.classic = ClassicGroups(config, self.groups, self.rebalance, wall_clock)
         # KIP-848 groups (group.protocol=consumer) are ``consumer_groups``;
         # their offsets live in ``groups`` like those of any group.
-        self.consumer = ConsumerGroups(config, self.groups, self.consumer_groups, self.timers)
+        self.consumer_records = ConsumerGroupRecords(self.store)
+        self.consumer = ConsumerGroups(config, self.groups, self.consumer_groups, self.timers,
+                                       self.consumer_records.sync)
         self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
             "group coordinator", self.store, self._load, self._unload,
             follow_leadership=follow_leadership)
@@ -112,12 +115,18 @@ class GroupCoordinator:
 
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""
-        loaded = load_groups(self.store, partition)
+        loaded, consumer_records = load_groups(self.store, partition)
         self.groups.update(loaded)
         for group in loaded.values():
             self.rebalance.loaded(group)
+        for group_id, records in consumer_records.items():
+            consumer_group = self.consumer_records.rebuild(group_id, records)
+            if consumer_group is not None:
+                self.consumer_groups[group_id] = consumer_group
+                self.consumer.loaded(consumer_group)
         self.txn_offsets.replay_partition(partition)
-        log.info("group coordinator loaded partition", partition=partition, groups=len(loaded))
+        log.info("group coordinator loaded partition", partition=partition, groups=len(loaded),
+                 consumer_groups=len(consumer_records))
 
     def _unload(self, partition: int) -> int:
         """Drop the groups of a partition this broker no longer leads; how many."""
@@ -131,6 +140,7 @@ class GroupCoordinator:
         for group_id, consumer_group in list(self.consumer_groups.items()):
             if self.store.partition_of(group_id) == partition:
                 self.consumer.dropped(consumer_group)
+                self.consumer_records.forget(group_id)
                 del self.consumer_groups[group_id]
                 dropped += 1
         self.txn_offsets.unload(partition)
@@ -190,6 +200,9 @@ class GroupCoordinator:
         if consumer_group is not None:
             if consumer_group.members:
                 return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+            error = self.consumer_records.delete(req.group_id)
+            if error is not E.NONE:
+                return JoinResult(error, req.member_id)
             del self.consumer_groups[req.group_id]
         outcome = self.classic.join(req)
         result = await outcome.wait() if isinstance(outcome, Reply) else outcome
@@ -218,5 +231,10 @@ class GroupCoordinator:
 
     async def consumer_heartbeat(self, req: HeartbeatRequest,
                                  topics: TopicView) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat; see ``ConsumerGroups.heartbeat``."""
-        return self.consumer.heartbeat(req, topics)
+        """ConsumerGroupHeartbeat (see ``ConsumerGroups.heartbeat``), answered
+        once the in-sync replicas have what it wrote."""
+        result = self.consumer.heartbeat(req, topics)
+        if not req.group_id:
+            return result
+        error = await self.durable(req.group_id, result.error)
+        return result if error is result.error else HeartbeatResult(error, None, None, 0)

@@ -254,7 +254,8 @@ async def handle_delete_groups(ctx: BrokerContext, header: RequestHeader, req: A
     names = list(req.groups_names)
     here = [n for n in names if not not_here(ctx, n)]
     deleted = dict(zip(here, admin.delete_groups(coord.groups, coord.offsets, here,
-                                                 coord.consumer_groups), strict=True))
+                                                 coord.consumer_groups,
+                                                 coord.consumer_records.delete), strict=True))
     errors = [deleted[n] if n in deleted else not_here(ctx, n) for n in names]
     for name in {n for n, err in deleted.items() if err is E_NONE}:
         if (err := await coord.durable(name)) is not E_NONE:
