@@ -121,11 +121,17 @@ def run_confluent_848(bootstrap: str, topic: str, group: str, name: str) -> None
         "group.protocol": "consumer", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
     })
+    # TOPIC starting with ^ is a regular expression (sent as SubscribedTopicRegex);
+    # "topics" names each partition as topic:partition.
+    def report(ev: str, parts: Any) -> None:
+        emit(ev, partitions=sorted(p.partition for p in parts),
+             topics=sorted(f"{p.topic}:{p.partition}" for p in parts))
+
     consumer.subscribe(
         [topic],
-        on_assign=lambda c, ps: emit("assigned", partitions=sorted(p.partition for p in ps)),
-        on_revoke=lambda c, ps: emit("revoked", partitions=sorted(p.partition for p in ps)),
-        on_lost=lambda c, ps: emit("lost", partitions=sorted(p.partition for p in ps)))
+        on_assign=lambda c, ps: report("assigned", ps),
+        on_revoke=lambda c, ps: report("revoked", ps),
+        on_lost=lambda c, ps: report("lost", ps))
     while not _stopping:
         messages = consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
         records = [[m.partition(), m.offset()] for m in messages if not m.error()]

@@ -58,12 +58,16 @@ class Member:
     """A KIP-848 group member process (Java KafkaTool group-member, or
     system_tests.group_member confluent-kafka-848) and what it reported."""
 
-    def __init__(self, kind: str, bootstrap: str, topic: str, group: str, workdir: Path) -> None:
+    def __init__(self, kind: str, bootstrap: str, topic: str, group: str, workdir: Path,
+                 props: tuple[str, ...] = ()) -> None:
+        """``props``: more client properties (Java members only), key=value."""
         self.kind = kind
         self.stderr_path = workdir / f"member-{kind}-{time.monotonic_ns()}.err"
         if kind == "java":
+            extra = [arg for prop in props for arg in ("--prop", prop)]
             argv = javatool.command(["group-member", "--bootstrap", bootstrap, "--topic", topic,
-                                     "--group", group, "--prop", "group.protocol=consumer"])
+                                     "--group", group, "--prop", "group.protocol=consumer",
+                                     *extra])
         else:
             argv = [sys.executable, "-m", "system_tests.group_member", "confluent-kafka-848",
                     bootstrap, topic, group, f"{kind}-{uuid.uuid4().hex[:6]}"]
@@ -93,6 +97,16 @@ class Member:
                 owned |= set(ev["partitions"])
             elif ev["ev"] in ("revoked", "lost"):
                 owned -= set(ev["partitions"])
+        return owned
+
+    def owned_topics(self) -> set[str]:
+        """Like ``owned``, as "topic:partition" (librdkafka members only)."""
+        owned: set[str] = set()
+        for ev in self.snapshot():
+            if ev["ev"] == "assigned":
+                owned |= set(ev["topics"])
+            elif ev["ev"] in ("revoked", "lost"):
+                owned -= set(ev["topics"])
         return owned
 
     def processed(self) -> set[tuple[int, int]]:
@@ -230,6 +244,44 @@ def check_admin_view(bootstrap: str, group: str, live: list[Member]) -> None:
         ("Consumer", "Stable", "consumer")
 
 
+def test_java_static_member_comes_back_to_its_partitions(broker: Broker, tmp_path: Path,
+                                                         members: list[Member]) -> None:
+    """A static member (group.instance.id) that closes leaves with epoch -2:
+    its partitions stay reserved for it, not handed to the other member, and
+    its next incarnation gets them back at once."""
+    topic, group = "static", "kip848-static"
+    create_and_fill(broker.bootstrap, topic)
+    static = [Member("java", broker.bootstrap, topic, group, tmp_path,
+                     (f"group.instance.id=instance-{i}",)) for i in range(2)]
+    members.extend(static)
+    wait_until(lambda: exact_cover(static) and len(static[0].owned()) == PARTITIONS // 2,
+               SETTLE_S, "two static members to split the partitions",
+               lambda: static[0].diagnostics() + "\n" + static[1].diagnostics())
+    first_share = static[0].owned()
+    static[0].leave()
+    client = RawClient(broker.bootstrap)
+    try:
+        def view() -> dict[str | None, tuple[int, list[int]]]:
+            [g] = client.call(*CG_DESCRIBE, 0, group_ids=[group],
+                              include_authorized_operations=False).groups
+            return {m.instance_id: (m.member_epoch, sorted(p for t in m.assignment.topic_partitions
+                                                           for p in t.partitions))
+                    for m in g.members}
+
+        # Still a member, at epoch -2, holding its partitions.
+        assert view()["instance-0"] == (-2, sorted(first_share))
+        back = Member("java", broker.bootstrap, topic, group, tmp_path, ("group.instance.id=instance-0",))
+        members.append(back)
+        wait_until(lambda: back.owned() == first_share, SETTLE_S,
+                   "the static member's partitions to come back to it", back.diagnostics)
+        assert static[1].owned() == set(range(PARTITIONS)) - first_share
+        assert view()["instance-0"][0] > 0
+    finally:
+        client.close()
+    back.leave()
+    static[1].leave()
+
+
 def test_librdkafka_and_java_members_share_a_group(broker: Broker, tmp_path: Path,
                                                    members: list[Member]) -> None:
     topic, group = "mixed", "kip848-mixed"
@@ -251,6 +303,33 @@ def test_librdkafka_and_java_members_share_a_group(broker: Broker, tmp_path: Pat
                "the Java member to take every partition", java.diagnostics)
     java.leave()
     assert "Traceback" not in broker.log_text()
+
+
+def test_librdkafka_regex_subscription_follows_new_topics(broker: Broker, tmp_path: Path,
+                                                         members: list[Member]) -> None:
+    """ConsumerGroupHeartbeat v1: librdkafka sends "^rx-.*" as SubscribedTopicRegex;
+    the broker resolves it, and a matching topic created later joins the
+    assignment (matches are refreshed every 10 s); other topics never do."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("rx-a", 2, 1), NewTopic("other", 2, 1)])
+    member = Member("rdkafka", broker.bootstrap, "^rx-.*", "kip848-regex", tmp_path)
+    members.append(member)
+    wait_until(lambda: member.owned_topics() == {"rx-a:0", "rx-a:1"}, SETTLE_S,
+               "the regex member to own rx-a", member.diagnostics)
+    admin.create_topics([NewTopic("rx-b", 1, 1)])
+    admin.close()
+    wait_until(lambda: member.owned_topics() == {"rx-a:0", "rx-a:1", "rx-b:0"}, SETTLE_S,
+               "the new matching topic to be assigned", member.diagnostics)
+    described = RawClient(broker.bootstrap)
+    try:
+        [group] = described.call(*CG_DESCRIBE, 0, group_ids=["kip848-regex"],
+                                 include_authorized_operations=False).groups
+        [m] = group.members
+        # librdkafka sends its patterns joined, each in parentheses.
+        assert (m.subscribed_topic_regex, m.subscribed_topic_names) == ("(^rx-.*)", [])
+    finally:
+        described.close()
+    member.leave()
 
 
 # -- bad input over the wire ------------------------------------------------------
