@@ -75,7 +75,7 @@ class GroupCoordinator:
         self.store = offsets_store(topic, wall_clock)
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets = OffsetManager(config, self.groups, self.store, wall_clock,
-                                     self._consumer_topics)
+                                     self._consumer_topics, self.drop_empty_consumer_groups)
         self.txn_offsets = TxnOffsets(self.store, self, wall_clock)
         self.timers = Timers()
         self.rebalance = Rebalancer(config, self.groups, self.store, self.timers, wall_clock)
@@ -112,6 +112,17 @@ class GroupCoordinator:
     def _consumer_topics(self, group_id: str) -> set[str] | None:
         group = self.consumer_groups.get(group_id)
         return group.subscribed_topics() if group is not None and group.members else None
+
+    def drop_empty_consumer_groups(self) -> None:
+        """Forget (and tombstone) consumer groups with no members and no offsets
+        left, as Kafka's cleanup does once an empty group's offsets expired."""
+        for group_id, group in list(self.consumer_groups.items()):
+            shell = self.groups.get(group_id)
+            if group.members or (shell is not None and shell.offsets):
+                continue
+            if self.consumer_records.delete(group_id) is E.NONE:
+                del self.consumer_groups[group_id]
+                log.info("empty consumer group removed", group=group_id)
 
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""

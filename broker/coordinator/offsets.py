@@ -63,17 +63,20 @@ class PartitionCommit:
 class OffsetManager:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group], store: CoordinatorStore,
                  wall_clock: Callable[[], int],
-                 consumer_topics: Callable[[str], set[str] | None] = lambda group_id: None
-                 ) -> None:
+                 consumer_topics: Callable[[str], set[str] | None] = lambda group_id: None,
+                 after_expiry: Callable[[], None] = lambda: None) -> None:
         """Args:
             consumer_topics: the topics a KIP-848 consumer group with members
                 subscribes to; None if there is no such group of that id.
+            after_expiry: called after each expiry pass (the coordinator drops
+                empty consumer groups whose offsets are gone).
         """
         self.config = config
         self.groups = groups
         self.store = store
         self.wall_clock = wall_clock
         self.consumer_topics = consumer_topics
+        self.after_expiry = after_expiry
 
     # -- OffsetCommit ----------------------------------------------------------
 
@@ -205,6 +208,7 @@ class OffsetManager:
             await trio.sleep(interval)
             try:
                 self.expire()
+                self.after_expiry()
             except Exception:
                 log.exception("offset expiry failed")
 

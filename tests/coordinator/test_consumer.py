@@ -284,6 +284,8 @@ async def test_offsets_of_subscribed_topics_do_not_expire_while_the_group_has_me
     hb(coordinator, "m1", -1)
     coordinator.offsets.expire()
     assert "g" not in coordinator.groups
+    coordinator.drop_empty_consumer_groups()
+    assert "g" not in coordinator.consumer_groups
 
 
 async def test_consumer_groups_in_list_describe_and_delete(coordinator):
