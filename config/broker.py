@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from config.defs import LONG_MAX, ConfigDef, ConfigError
+from config.defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError
 from config.defs import ConfigType as T
 from config.listeners import DEFAULT_PROTOCOL_MAP, PROTOCOLS, Listeners, resolve
 from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
@@ -38,6 +38,21 @@ def _listener_check(value: list[str]) -> str | None:
         if not port.isdigit() or not 0 <= int(port) <= 65535:
             return f"bad port in {item!r}"
     return None
+
+
+# group.consumer.assignors: the server-side assignors tierd has, by name or by
+# the class name Kafka's default lists them with.
+CONSUMER_ASSIGNORS = {
+    "uniform": "uniform", "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "range": "range", "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignors_check(value: list[str]) -> str | None:
+    if not value:
+        return "at least one assignor"
+    unknown = [v for v in value if v not in CONSUMER_ASSIGNORS]
+    return f"unknown assignors {unknown} (uniform, range)" if unknown else None
 
 
 _DEFS: list[ConfigDef] = [
@@ -135,6 +150,15 @@ _DEFS: list[ConfigDef] = [
               "member may ask for.", at_least=0),
     ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before "
               "the first rebalance of an empty group.", at_least=0),
+    ConfigDef("group.consumer.session.timeout.ms", T.INT, 45000, "Session timeout of "
+              "members of consumer-protocol groups (KIP-848).", at_least=1),
+    ConfigDef("group.consumer.heartbeat.interval.ms", T.INT, 5000, "Heartbeat interval given "
+              "to members of consumer-protocol groups (KIP-848).", at_least=1),
+    ConfigDef("group.consumer.assignors", T.LIST, ["uniform", "range"], "Server-side assignors "
+              "of consumer-protocol groups, the first being the default (uniform, range).",
+              check=_assignors_check),
+    ConfigDef("group.consumer.max.size", T.INT, INT_MAX, "Most members of one "
+              "consumer-protocol group.", at_least=1),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets "
               "(fixed once the topic exists).", at_least=1),
     ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "

@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
 
-from protocol import broker_apis, tierd_apis
+from protocol import broker_apis, consumer_group_apis, tierd_apis
 
 _HDR = struct.Struct(">hhih")
 _RESP_HDR = struct.Struct(">ii")
@@ -85,6 +85,11 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.ListGroupsRequest, admin.ListGroupsResponse, 1, 5),
         _spec(admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 1, 5),
         _spec(admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
+        # KIP-848 consumer groups (broker/handlers/consumer_groups.py).
+        _spec(consumer_group_apis.ConsumerGroupHeartbeatRequest,
+              consumer_group_apis.ConsumerGroupHeartbeatResponse, 0, 1),
+        _spec(consumer_group_apis.ConsumerGroupDescribeRequest,
+              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 0),
         # Transactions (broker/handlers/transactions.py); v5 = transaction version 2, not offered.
         _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 4),
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),

@@ -7,7 +7,10 @@ Usage::
 CLIENT is kafka-python, confluent-kafka or aiokafka. The member subscribes to
 TOPIC in GROUP with the round-robin assignor (the one protocol all three
 libraries share), polls, and commits synchronously after every poll that
-returned records. It prints one JSON object per line on stdout:
+returned records. CLIENT confluent-kafka-848 is a librdkafka member of the
+KIP-848 protocol (group.protocol=consumer; the broker assigns, and the
+rebalance callbacks report partitions added and removed, not full sets).
+It prints one JSON object per line on stdout:
 
 * ``{"ev": "assigned", "t": ..., "partitions": [...]}`` - full assignment
   (eager protocol), from the library's rebalance callback;
@@ -109,6 +112,39 @@ def run_confluent(bootstrap: str, topic: str, group: str, name: str) -> None:
     consumer.close()
 
 
+def run_confluent_848(bootstrap: str, topic: str, group: str, name: str) -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    # Session timeout, heartbeat interval and assignor are the broker's to set.
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+        "group.protocol": "consumer", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+    })
+    # TOPIC starting with ^ is a regular expression (sent as SubscribedTopicRegex);
+    # "topics" names each partition as topic:partition.
+    def report(ev: str, parts: Any) -> None:
+        emit(ev, partitions=sorted(p.partition for p in parts),
+             topics=sorted(f"{p.topic}:{p.partition}" for p in parts))
+
+    consumer.subscribe(
+        [topic],
+        on_assign=lambda c, ps: report("assigned", ps),
+        on_revoke=lambda c, ps: report("revoked", ps),
+        on_lost=lambda c, ps: report("lost", ps))
+    while not _stopping:
+        messages = consumer.consume(num_messages=500, timeout=POLL_TIMEOUT_MS / 1000)
+        records = [[m.partition(), m.offset()] for m in messages if not m.error()]
+        if records:
+            try:
+                consumer.commit(asynchronous=False)
+                ok = True
+            except KafkaException:
+                ok = False
+            emit("batch", records=records, ok=ok)
+    consumer.close()
+
+
 def run_aiokafka(bootstrap: str, topic: str, group: str, name: str) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -148,7 +184,7 @@ def run_aiokafka(bootstrap: str, topic: str, group: str, name: str) -> None:
 
 
 RUNNERS = {"kafka-python": run_kafka_python, "confluent-kafka": run_confluent,
-           "aiokafka": run_aiokafka}
+           "aiokafka": run_aiokafka, "confluent-kafka-848": run_confluent_848}
 
 
 def main(argv: list[str]) -> int:

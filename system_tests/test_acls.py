@@ -40,7 +40,7 @@ from kafka.protocol import consumer as kc
 from kafka.protocol import metadata as km
 from kafka.protocol import producer as kp
 
-from protocol import broker_apis, records, tierd_apis
+from protocol import broker_apis, consumer_group_apis, records, tierd_apis
 from protocol.errors import ErrorCode
 from system_tests import javatool
 from system_tests._proc import (
@@ -289,6 +289,14 @@ def _scram() -> Any:
     return cls(deletions=[sub(cls, "deletions")(name="nobody", mechanism=2)], upsertions=[])
 
 
+def _cg_heartbeat() -> Any:
+    """A KIP-848 join; a fresh member id each time, so a granted retry is a new member."""
+    return consumer_group_apis.ConsumerGroupHeartbeatRequest[1](
+        group_id=G, member_id=uuid.uuid4().hex, member_epoch=0, instance_id=None,
+        rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[T],
+        subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
+
+
 @dataclass(frozen=True)
 class Row:
     """An API call; the code alice gets without ``needs`` (having only
@@ -357,6 +365,15 @@ ROWS = [
         group_id=G, generation_id=1, member_id="m", assignments=[]), GROUP_ERR, (READ_G,)),
     Row("DescribeGroups", 5, ka.DescribeGroupsResponse, lambda: ka.DescribeGroupsRequest[5](
         groups=[G], include_authorized_operations=True), GROUP_ERR,
+        ((GROUP, G, LITERAL, "DESCRIBE"),)),
+    Row("ConsumerGroupHeartbeat", 1, consumer_group_apis.ConsumerGroupHeartbeatResponse,
+        lambda: _cg_heartbeat(), GROUP_ERR, (READ_G, (TOPIC, T, LITERAL, "DESCRIBE"))),
+    Row("ConsumerGroupHeartbeat-topic", 1, consumer_group_apis.ConsumerGroupHeartbeatResponse,
+        lambda: _cg_heartbeat(), TOPIC_ERR, (READ_G, (TOPIC, T, LITERAL, "DESCRIBE")),
+        partial=(READ_G,)),
+    Row("ConsumerGroupDescribe", 0, consumer_group_apis.ConsumerGroupDescribeResponse,
+        lambda: consumer_group_apis.ConsumerGroupDescribeRequest[0](
+            group_ids=[G], include_authorized_operations=True), GROUP_ERR,
         ((GROUP, G, LITERAL, "DESCRIBE"),)),
     Row("CreateTopics", 5, ka.CreateTopicsResponse, lambda: ka.CreateTopicsRequest[5](
         topics=[sub(ka.CreateTopicsRequest[5], "topics")(

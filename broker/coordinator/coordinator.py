@@ -41,6 +41,9 @@ import structlog
 import trio
 
 from broker.coordinator.classic import ClassicGroups
+from broker.coordinator.consumer import ConsumerGroups, HeartbeatRequest, HeartbeatResult, TopicView
+from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_store import ConsumerGroupRecords
 from broker.coordinator.group import Group, JoinRequest, JoinResult, Reply, SyncResult
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
 from broker.coordinator.offsets_store import load_groups, offsets_store
@@ -70,11 +73,18 @@ class GroupCoordinator:
         self.wall_clock = wall_clock
         self.groups: dict[str, Group] = {}
         self.store = offsets_store(topic, wall_clock)
-        self.offsets = OffsetManager(config, self.groups, self.store, wall_clock)
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.offsets = OffsetManager(config, self.groups, self.store, wall_clock,
+                                     self._consumer_topics, self.drop_empty_consumer_groups)
         self.txn_offsets = TxnOffsets(self.store, self, wall_clock)
         self.timers = Timers()
         self.rebalance = Rebalancer(config, self.groups, self.store, self.timers, wall_clock)
         self.classic = ClassicGroups(config, self.groups, self.rebalance, wall_clock)
+        # KIP-848 groups (group.protocol=consumer) are ``consumer_groups``;
+        # their offsets live in ``groups`` like those of any group.
+        self.consumer_records = ConsumerGroupRecords(self.store)
+        self.consumer = ConsumerGroups(config, self.groups, self.consumer_groups, self.timers,
+                                       self.consumer_records.sync)
         self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
             "group coordinator", self.store, self._load, self._unload,
             follow_leadership=follow_leadership)
@@ -99,14 +109,35 @@ class GroupCoordinator:
         """NONE if this broker coordinates ``group_id`` now; else what to answer."""
         return self.partitions.check(group_id)
 
+    def _consumer_topics(self, group_id: str) -> set[str] | None:
+        group = self.consumer_groups.get(group_id)
+        return group.subscribed_topics() if group is not None and group.members else None
+
+    def drop_empty_consumer_groups(self) -> None:
+        """Forget (and tombstone) consumer groups with no members and no offsets
+        left, as Kafka's cleanup does once an empty group's offsets expired."""
+        for group_id, group in list(self.consumer_groups.items()):
+            shell = self.groups.get(group_id)
+            if group.members or (shell is not None and shell.offsets):
+                continue
+            if self.consumer_records.delete(group_id) is E.NONE:
+                del self.consumer_groups[group_id]
+                log.info("empty consumer group removed", group=group_id)
+
     def _load(self, partition: int) -> None:
         """Replay one partition's groups, offsets and transactional offsets."""
-        loaded = load_groups(self.store, partition)
+        loaded, consumer_records = load_groups(self.store, partition)
         self.groups.update(loaded)
         for group in loaded.values():
             self.rebalance.loaded(group)
+        for group_id, records in consumer_records.items():
+            consumer_group = self.consumer_records.rebuild(group_id, records)
+            if consumer_group is not None:
+                self.consumer_groups[group_id] = consumer_group
+                self.consumer.loaded(consumer_group)
         self.txn_offsets.replay_partition(partition)
-        log.info("group coordinator loaded partition", partition=partition, groups=len(loaded))
+        log.info("group coordinator loaded partition", partition=partition, groups=len(loaded),
+                 consumer_groups=len(consumer_records))
 
     def _unload(self, partition: int) -> int:
         """Drop the groups of a partition this broker no longer leads; how many."""
@@ -117,6 +148,12 @@ class GroupCoordinator:
             self.rebalance.dropped(group)
             del self.groups[group_id]
             dropped += 1
+        for group_id, consumer_group in list(self.consumer_groups.items()):
+            if self.store.partition_of(group_id) == partition:
+                self.consumer.dropped(consumer_group)
+                self.consumer_records.forget(group_id)
+                del self.consumer_groups[group_id]
+                dropped += 1
         self.txn_offsets.unload(partition)
         return dropped
 
@@ -128,8 +165,16 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str | None, generation_id: int, member_id: str,
                              group_instance_id: str | None, retention_ms: int,
-                             commits: list[PartitionCommit]) -> list[ErrorCode]:
-        """OffsetCommit, answered once the in-sync replicas have the offsets."""
+                             commits: list[PartitionCommit], version: int) -> list[ErrorCode]:
+        """OffsetCommit (request ``version``), answered once the in-sync replicas
+        have the offsets. A consumer group's commit carries a member epoch."""
+        consumer_group = self.consumer_groups.get(group_id) if group_id else None
+        if consumer_group is not None:
+            error = consumer_group.validate_commit(member_id, generation_id, version)
+            if error is not E.NONE:
+                return [error] * len(commits)
+            # Validated: stored as a commit from outside group management.
+            generation_id, member_id, group_instance_id = -1, "", None
         results = self.offsets.commit(group_id, generation_id, member_id, group_instance_id,
                                       retention_ms, commits)
         if group_id is None or E.NONE not in results:
@@ -143,8 +188,13 @@ class GroupCoordinator:
                                 commits: list[PartitionCommit]) -> list[ErrorCode]:
         """TxnOffsetCommit: stage the offsets until the transaction's marker lands
         here; answered once the in-sync replicas have them."""
-        error = self.txn_offsets.validate_member(group_id, generation_id, member_id,
-                                                 group_instance_id)
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = consumer_group.validate_commit(member_id, generation_id, 0,
+                                                   transactional=True)
+        else:
+            error = self.txn_offsets.validate_member(group_id, generation_id, member_id,
+                                                     group_instance_id)
         if error is not E.NONE:
             return [error] * len(commits)
         results = self.txn_offsets.stage(group_id, producer_id, epoch, commits)
@@ -157,6 +207,14 @@ class GroupCoordinator:
     # -- the classic group protocol --------------------------------------------
 
     async def join_group(self, req: JoinRequest) -> JoinResult:
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+            error = self.consumer_records.delete(req.group_id)
+            if error is not E.NONE:
+                return JoinResult(error, req.member_id)
+            del self.consumer_groups[req.group_id]
         outcome = self.classic.join(req)
         result = await outcome.wait() if isinstance(outcome, Reply) else outcome
         error = await self.durable(req.group_id, result.error)
@@ -179,3 +237,15 @@ class GroupCoordinator:
                     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """LeaveGroup; see ``ClassicGroups.leave``."""
         return self.classic.leave(group_id, leaving)
+
+    # -- the consumer group protocol (KIP-848) ---------------------------------
+
+    async def consumer_heartbeat(self, req: HeartbeatRequest,
+                                 topics: TopicView) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (see ``ConsumerGroups.heartbeat``), answered
+        once the in-sync replicas have what it wrote."""
+        result = self.consumer.heartbeat(req, topics)
+        if not req.group_id:
+            return result
+        error = await self.durable(req.group_id, result.error)
+        return result if error is result.error else HeartbeatResult(error, None, None, 0)

@@ -14,7 +14,11 @@ offsets.retention.check.interval.ms), Kafka's rules:
 * a group that only stores offsets (no protocol type, e.g. assign() users):
   each offset expires by its commit time;
 * a commit that carried an explicit retention (OffsetCommit v2-v4) expires
-  at the time it named.
+  at the time it named;
+* a KIP-848 consumer group with members: offsets of topics no member
+  subscribes to expire by their commit time (its offsets live in a classic
+  ``Group`` with no members, which stays as long as the consumer group has
+  members).
 
 An Empty group left without offsets becomes Dead and its metadata gets a
 tombstone.
@@ -58,11 +62,21 @@ class PartitionCommit:
 
 class OffsetManager:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group], store: CoordinatorStore,
-                 wall_clock: Callable[[], int]) -> None:
+                 wall_clock: Callable[[], int],
+                 consumer_topics: Callable[[str], set[str] | None] = lambda group_id: None,
+                 after_expiry: Callable[[], None] = lambda: None) -> None:
+        """Args:
+            consumer_topics: the topics a KIP-848 consumer group with members
+                subscribes to; None if there is no such group of that id.
+            after_expiry: called after each expiry pass (the coordinator drops
+                empty consumer groups whose offsets are gone).
+        """
         self.config = config
         self.groups = groups
         self.store = store
         self.wall_clock = wall_clock
+        self.consumer_topics = consumer_topics
+        self.after_expiry = after_expiry
 
     # -- OffsetCommit ----------------------------------------------------------
 
@@ -158,7 +172,7 @@ class OffsetManager:
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, []
-        subscribed: set[str] = set()
+        subscribed = self.consumer_topics(group_id) or set()
         if not group.is_in(S.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 return E.NON_EMPTY_GROUP, []
@@ -194,6 +208,7 @@ class OffsetManager:
             await trio.sleep(interval)
             try:
                 self.expire()
+                self.after_expiry()
             except Exception:
                 log.exception("offset expiry failed")
 
@@ -201,11 +216,17 @@ class OffsetManager:
         now = self.wall_clock()
         retention = self.config["offsets.retention.minutes"] * 60_000
         for group in list(self.groups.values()):
-            expired = _expired(group, now, retention)
+            subscribed = self.consumer_topics(group.group_id)
+            if subscribed is None:
+                expired = _expired(group, now, retention)
+            else:
+                expired = _older_than(group, now, retention, subscribed,
+                                      lambda v: v.commit_timestamp)
             records = [offset_record(group.group_id, tp, None) for tp in expired]
             for tp in expired:
                 del group.offsets[tp]
-            dead = group.is_in(S.EMPTY) and not group.offsets and not group.pending_members
+            dead = (group.is_in(S.EMPTY) and not group.offsets and not group.pending_members
+                    and subscribed is None)
             if dead:
                 group.transition(S.DEAD, now)
                 del self.groups[group.group_id]

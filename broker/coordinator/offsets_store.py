@@ -12,6 +12,8 @@ the active segment, so a replay reads what cleaning left plus that segment.
 
 Replay (``load_groups``): the last record for a key wins, a null value
 removes the key. A record we cannot parse is logged and skipped, never fatal.
+KIP-848 consumer groups' records (key types 3-8) are handed over raw, for
+``consumer_store`` to rebuild those groups.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from broker.coordinator import consumer_records as cr
 from broker.coordinator import records as rec
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator_store import CoordinatorStore, Record
@@ -43,6 +46,8 @@ class LoadedGroup:
 
     metadata: rec.GroupMetadataValue | None = None
     offsets: dict[TopicPartition, rec.OffsetCommitValue] = field(default_factory=dict)
+    # KIP-848 records: key -> last value (tombstoned keys left out).
+    consumer: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def group_record(group: Group) -> Record:
@@ -59,16 +64,23 @@ def group_record(group: Group) -> Record:
     return key, rec.encode_group_metadata_value(value)
 
 
-def load_groups(store: CoordinatorStore, partition: int) -> dict[str, Group]:
+def load_groups(store: CoordinatorStore, partition: int
+                ) -> tuple[dict[str, Group], dict[str, dict[bytes, bytes]]]:
     """Rebuild the groups of one partition from the log: Stable if they have
-    members, else Empty (as Kafka)."""
+    members, else Empty (as Kafka); and the KIP-848 records of each
+    consumer group, by group id."""
     now = store.wall_clock()
     groups = {}
+    consumer = {}
     for group_id, loaded in replay(store, partition).items():
+        if loaded.consumer:
+            consumer[group_id] = loaded.consumer
+        if loaded.metadata is None and not loaded.offsets:
+            continue
         group = _group_from(group_id, loaded.metadata, now)
         group.offsets = loaded.offsets
         groups[group_id] = group
-    return groups
+    return groups, consumer
 
 
 def replay(store: CoordinatorStore, partition: int) -> dict[str, LoadedGroup]:
@@ -84,11 +96,17 @@ def replay(store: CoordinatorStore, partition: int) -> dict[str, LoadedGroup]:
     groups: dict[str, LoadedGroup] = {}
     for key, value in last.items():
         try:
+            if cr.record_type(key) in cr.RECORD_TYPES:
+                _, group_id, _ = cr.decode_key(key)
+                if value is not None:
+                    groups.setdefault(group_id, LoadedGroup()).consumer[key] = value
+                continue
             _apply(groups, rec.decode_key(key), value)
         except rec.RecordFormatError as exc:
             log.warning("skipping unreadable offsets record", partition=partition,
                         error=str(exc))
-    for group_id in [g for g, s in groups.items() if s.metadata is None and not s.offsets]:
+    for group_id in [g for g, s in groups.items()
+                     if s.metadata is None and not s.offsets and not s.consumer]:
         del groups[group_id]
     if count:
         log.info("group state loaded", partition=partition, records=count,

@@ -20,6 +20,7 @@ from broker.handlers import (
     admin_topics,
     api_versions,
     cluster,
+    consumer_groups,
     elect_leaders,
     fetch,
     groups,
@@ -43,7 +44,8 @@ Handler = Callable[[BrokerContext, RequestHeader, Any, Session], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epoch,
-                admin_topics, admin_configs, cluster, init_producer_id, groups, offsets,
+                admin_topics, admin_configs, cluster, init_producer_id, groups,
+                consumer_groups, offsets,
                 transactions, txn_admin, inter_broker, reassignments, tiering, security, acls,
                 topic_partitions, elect_leaders):
     HANDLERS.update(_module.HANDLERS)

@@ -214,7 +214,8 @@ async def handle_list_groups(ctx: BrokerContext, header: RequestHeader, req: Any
     resp = ListGroupsResponse[v]
     listed = admin.list_groups(coordinator(ctx).groups,
                                req.states_filter if v >= 4 else None,
-                               req.types_filter if v >= 5 else None)
+                               req.types_filter if v >= 5 else None,
+                               coordinator(ctx).consumer_groups)
     return resp(throttle_time_ms=0, error_code=0, groups=[
         resp.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                          group_state=g.state, group_type=g.group_type)
@@ -233,7 +234,8 @@ async def handle_describe_groups(ctx: BrokerContext, header: RequestHeader,
         if code := not_here(ctx, group_id):
             d = admin.GroupDescription(code, group_id, "")
         else:
-            d = admin.describe_group(coordinator(ctx).groups, group_id)
+            d = admin.describe_group(coordinator(ctx).groups, group_id,
+                                     coordinator(ctx).consumer_groups)
         out.append(group_cls(
             error_code=_error(ctx, "DescribeGroups", d.error), group_id=d.group_id,
             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
@@ -251,8 +253,9 @@ async def handle_delete_groups(ctx: BrokerContext, header: RequestHeader, req: A
     coord = coordinator(ctx)
     names = list(req.groups_names)
     here = [n for n in names if not not_here(ctx, n)]
-    deleted = dict(zip(here, admin.delete_groups(coord.groups, coord.offsets, here),
-                       strict=True))
+    deleted = dict(zip(here, admin.delete_groups(coord.groups, coord.offsets, here,
+                                                 coord.consumer_groups,
+                                                 coord.consumer_records.delete), strict=True))
     errors = [deleted[n] if n in deleted else not_here(ctx, n) for n in names]
     for name in {n for n, err in deleted.items() if err is E_NONE}:
         if (err := await coord.durable(name)) is not E_NONE:

@@ -51,7 +51,7 @@ async def handle_offset_commit(ctx: BrokerContext, header: RequestHeader, req: A
         errors = iter(await coordinator(ctx).commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id,
             req.group_instance_id if v >= 7 else None,
-            req.retention_time_ms if v <= 4 else -1, commits))
+            req.retention_time_ms if v <= 4 else -1, commits, version=v))
     by_topic: dict[str, list[Any]] = {}
     for (name, p), ok in zip(wanted, known, strict=True):
         code = next(errors) if ok else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -72,7 +72,7 @@ async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: An
         group_cls = resp.OffsetFetchResponseGroup
         groups = []
         for g in req.groups:
-            if code := _not_here(ctx, g.group_id):
+            if code := (_not_here(ctx, g.group_id) or _member_check(ctx, g, v)):
                 groups.append(group_cls(group_id=g.group_id, error_code=code, topics=[]))
                 continue
             groups.append(group_cls(
@@ -85,6 +85,17 @@ async def handle_offset_fetch(ctx: BrokerContext, header: RequestHeader, req: An
     topics = _fetch(ctx, resp.OffsetFetchResponseTopic, req.group_id, req.topics,
                     "OffsetFetchResponsePartition", stable)
     return resp(throttle_time_ms=0, error_code=0, topics=topics)
+
+
+def _member_check(ctx: BrokerContext, group: Any, version: int) -> ErrorCode:
+    """OffsetFetch v9+ of a KIP-848 consumer group names a member and its epoch."""
+    consumer_group = coordinator(ctx).consumer_groups.get(group.group_id)
+    if version < 9 or consumer_group is None:
+        return ErrorCode.NONE
+    code = consumer_group.validate_fetch(group.member_id, group.member_epoch)
+    if code:
+        ctx.metrics.error("OffsetFetch", code)
+    return code
 
 
 def _not_here(ctx: BrokerContext, group_id: str) -> ErrorCode:

@@ -126,3 +126,38 @@ def _filter_topics(access: Access, topics: list[Any], named: bool) -> list[Any]:
                 p.error_code, p.committed_offset, p.metadata = TOPIC_DENIED, -1, None
             out.append(t)
     return out
+
+
+async def consumer_group_heartbeat(access: Access, header: RequestHeader, req: Any,
+                                   handler: Handler) -> Any:
+    """READ on the group, then DESCRIBE on every subscribed topic (KIP-848)."""
+    code = ErrorCode.NONE
+    if not access.allows(Op.READ, R.GROUP, req.group_id):
+        code = GROUP_DENIED
+    elif req.subscribed_topic_names is not None and not all(
+            access.allows(Op.DESCRIBE, R.TOPIC, name) for name in req.subscribed_topic_names):
+        code = TOPIC_DENIED
+    if code is not ErrorCode.NONE:
+        return response_class(header)(throttle_time_ms=0, error_code=code, error_message=None,
+                                      member_id=None, member_epoch=0, heartbeat_interval_ms=0,
+                                      assignment=None)
+    return await handler(access.ctx, header, req, access.session)
+
+
+async def consumer_group_describe(access: Access, header: RequestHeader, req: Any,
+                                  handler: Handler) -> Any:
+    """DESCRIBE on each group; authorized_operations filled in when asked."""
+    resp = response_class(header)
+    allowed = [g for g in req.group_ids if access.allows(Op.DESCRIBE, R.GROUP, g)]
+    denied = [item_class(resp, "groups")(
+        error_code=GROUP_DENIED, error_message=None, group_id=g, group_state="", group_epoch=0,
+        assignment_epoch=0, assignor_name="", members=[], authorized_operations=None)
+        for g in req.group_ids if g not in allowed]
+    req.group_ids = allowed
+    response = (await handler(access.ctx, header, req, access.session) if allowed
+                else resp(throttle_time_ms=0, groups=[]))
+    if req.include_authorized_operations:
+        for group in response.groups:
+            group.authorized_operations = access.operations(R.GROUP, group.group_id)
+    response.groups.extend(denied)
+    return response

@@ -315,6 +315,8 @@ GUARDS: dict[int, Guard] = {
     50: on_cluster(Op.DESCRIBE),  # DescribeUserScramCredentials
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
     60: describe_cluster,
+    68: gg.consumer_group_heartbeat,
+    69: gg.consumer_group_describe,
     75: tg.describe_topic_partitions,
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
     # WriteTxnMarkers and the KIP-664 transaction tooling.

@@ -42,6 +42,16 @@
 //       describe-producers --topic T --partition P... [--broker ID]
 //       abort-transaction --topic T --partition P --producer-id PID --producer-epoch E
 //                         --coordinator-epoch CE
+//   group-member --bootstrap B --topic T --group G
+//       A long-running subscribe() member (set group.protocol etc. with --prop):
+//       unlike the other subcommands it prints one JSON object per line as
+//       things happen ({"ev":"assigned"|"revoked"|"lost","partitions":[..]},
+//       {"ev":"batch","records":[[p,o],..],"ok":bool} after each commitSync),
+//       and when stdin reaches end of file it closes the consumer (leaving
+//       the group), prints {"ev":"closed"} and exits 0.
+//       list-groups                        (id, type, state, protocol of every group)
+//       describe-consumer-groups --group G...
+//       delete-groups --group G...
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -82,6 +92,8 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -151,6 +163,7 @@ public final class KafkaTool {
             case "produce" -> Produce.run(args);
             case "consume" -> Consume.run(args);
             case "admin" -> AdminOps.run(args);
+            case "group-member" -> GroupMember.run(args);
             default -> throw new IllegalArgumentException("unknown subcommand " + argv[0]);
         };
     }
@@ -486,6 +499,8 @@ public final class KafkaTool {
                     case "describe-topics-paged" -> describeTopicsPaged(admin, args);
                     case "elect-leaders" -> electLeaders(admin, args);
                     case "broker-configs-describe", "broker-configs-alter" -> BrokerConfigOps.run(admin, args);
+                    case "list-groups", "describe-consumer-groups", "delete-groups" ->
+                        GroupOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -897,6 +912,132 @@ public final class KafkaTool {
     }
 
     /** Minimal JSON writer for maps, lists, strings, numbers, booleans and null. */
+    /** Admin operations on consumer groups (classic and KIP-848). */
+    static final class GroupOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "list-groups" -> listGroups(admin);
+                case "describe-consumer-groups" -> describe(admin, args.all("group"));
+                case "delete-groups" -> delete(admin, args.all("group"));
+                default -> throw new IllegalArgumentException("unknown group op " + args.positional().get(0));
+            };
+        }
+
+        static Map<String, Object> listGroups(Admin admin) throws Exception {
+            List<Object> groups = new ArrayList<>();
+            for (org.apache.kafka.clients.admin.GroupListing g : admin.listGroups().all().get()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("group", g.groupId());
+                m.put("type", g.type().map(Object::toString).orElse(null));
+                m.put("state", g.groupState().map(Object::toString).orElse(null));
+                m.put("protocol", g.protocol());
+                groups.add(m);
+            }
+            return Map.of("groups", groups);
+        }
+
+        static Map<String, Object> describe(Admin admin, List<String> ids) throws Exception {
+            Map<String, Object> out = new TreeMap<>();
+            var described = admin.describeConsumerGroups(ids).all().get();
+            for (var e : described.entrySet()) {
+                var d = e.getValue();
+                Map<String, Object> g = new LinkedHashMap<>();
+                g.put("type", d.type().toString());
+                g.put("state", d.groupState().toString());
+                g.put("assignor", d.partitionAssignor());
+                g.put("group_epoch", d.groupEpoch().orElse(null));
+                g.put("assignment_epoch", d.targetAssignmentEpoch().orElse(null));
+                List<Object> members = new ArrayList<>();
+                for (var m : d.members()) {
+                    Map<String, Object> mm = new LinkedHashMap<>();
+                    mm.put("member_id", m.consumerId());
+                    mm.put("client_id", m.clientId());
+                    mm.put("epoch", m.memberEpoch().orElse(null));
+                    List<Integer> parts = new ArrayList<>();
+                    for (TopicPartition tp : m.assignment().topicPartitions()) parts.add(tp.partition());
+                    Collections.sort(parts);
+                    mm.put("partitions", parts);
+                    List<Integer> target = new ArrayList<>();
+                    m.targetAssignment().ifPresent(t -> {
+                        for (TopicPartition tp : t.topicPartitions()) target.add(tp.partition());
+                    });
+                    Collections.sort(target);
+                    mm.put("target", target);
+                    members.add(mm);
+                }
+                g.put("members", members);
+                out.put(e.getKey(), g);
+            }
+            return out;
+        }
+
+        static Map<String, Object> delete(Admin admin, List<String> ids) {
+            Map<String, Object> out = new TreeMap<>();
+            for (var e : admin.deleteConsumerGroups(ids).deletedGroups().entrySet()) {
+                try {
+                    e.getValue().get();
+                    out.put(e.getKey(), "ok");
+                } catch (Exception ex) {
+                    out.put(e.getKey(), describeError(ex).get("class"));
+                }
+            }
+            return out;
+        }
+    }
+
+    /** A subscribe() member that reports its assignments and commits as JSON lines. */
+    static final class GroupMember {
+        static Outcome run(Args args) throws Exception {
+            String topic = args.required("topic");
+            String group = args.required("group");
+            PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+            java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+            Thread watcher = new Thread(() -> {
+                try {
+                    while (System.in.read() >= 0) { /* wait for end of file */ }
+                } catch (IOException e) { /* treat as end of file */ }
+                stop.set(true);
+            });
+            watcher.setDaemon(true);
+            watcher.start();
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(Consume.config(args, group))) {
+                consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) { emit(out, "revoked", parts); }
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) { emit(out, "assigned", parts); }
+                    public void onPartitionsLost(Collection<TopicPartition> parts) { emit(out, "lost", parts); }
+                });
+                while (!stop.get()) {
+                    ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
+                    if (batch.isEmpty()) continue;
+                    List<Object> seen = new ArrayList<>();
+                    for (ConsumerRecord<byte[], byte[]> r : batch) seen.add(List.of(r.partition(), r.offset()));
+                    boolean ok = true;
+                    try {
+                        consumer.commitSync(API_TIMEOUT);
+                    } catch (Exception e) {
+                        ok = false;
+                    }
+                    Map<String, Object> ev = new LinkedHashMap<>();
+                    ev.put("ev", "batch");
+                    ev.put("records", seen);
+                    ev.put("ok", ok);
+                    out.println(Json.write(ev));
+                }
+            }
+            return new Outcome(EXIT_OK, new LinkedHashMap<>(Map.of("ev", "closed")));
+        }
+
+        static void emit(PrintStream out, String ev, Collection<TopicPartition> parts) {
+            List<Integer> ids = new ArrayList<>();
+            for (TopicPartition tp : parts) ids.add(tp.partition());
+            Collections.sort(ids);
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("ev", ev);
+            body.put("partitions", ids);
+            out.println(Json.write(body));
+        }
+    }
+
     static final class Json {
         static String write(Object value) {
             StringBuilder sb = new StringBuilder();

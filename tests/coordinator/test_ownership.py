@@ -39,7 +39,7 @@ async def test_group_coordinator_loads_and_unloads_with_leadership(nursery, conf
     await trio.testing.wait_all_tasks_blocked()
     assert coord.check("g") is E.NONE
     commit = [PartitionCommit("t", 0, 42, -1, None)]
-    assert await coord.commit_offsets("g", -1, "", None, -1, commit) == [E.NONE]
+    assert await coord.commit_offsets("g", -1, "", None, -1, commit, version=9) == [E.NONE]
 
     coord.on_leadership(tp, False)
     assert coord.check("g") is E.NOT_COORDINATOR and "g" not in coord.groups
