@@ -1,22 +1,17 @@
 """Regular-expression subscriptions of KIP-848 members (ConsumerGroupHeartbeat
 v1 SubscribedTopicRegex), and which topics they match.
 
-Kafka's coordinator evaluates these patterns with RE2J; tierd uses Python's
-``re`` and takes the differences into account this way:
+Kafka's coordinator evaluates these patterns with RE2J; tierd uses RE2
+itself (google-re2), so the syntax and the guarantees are the same:
 
-- a pattern must match a whole topic name (``re.fullmatch``), as RE2J's
+- a pattern must match a whole topic name (``fullmatch``), as RE2J's
   ``matches()``;
 - constructs RE2 does not have (back-references, lookahead and lookbehind,
-  atomic groups, possessive quantifiers, conditionals) are refused as
-  INVALID_REGULAR_EXPRESSION, as Kafka refuses them, although ``re`` could
-  run them;
-- what remains is evaluated by a backtracking engine: a pathological
-  pattern (nested quantifiers such as ``(a+)+b``) can cost far more time
-  than under RE2's linear-time guarantee. Topic names are at most 249
-  characters, which bounds but does not remove that cost;
-- small syntax differences remain in escapes RE2 and ``re`` read
-  differently (``\\Z``, ``\\C``, Unicode classes ``\\pL``, which ``re``
-  refuses as invalid).
+  atomic groups, possessive quantifiers) fail to compile and the member gets
+  INVALID_REGULAR_EXPRESSION, as from Kafka;
+- matching takes time linear in the topic name whatever the pattern, so a
+  client's pattern (``(a+)+b`` and the like) can never hold the event loop,
+  as a backtracking engine would.
 
 Internal topics never match, as with the classic consumer's
 exclude.internal.topics default.
@@ -28,33 +23,28 @@ and at once when a member brings a pattern the group has not resolved.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
+from typing import Any
+
+import re2
 
 # How often a group's patterns are matched again against the topics, so
 # topics created later join the subscription (Kafka refreshes on heartbeats
 # at a similar pace) without matching every topic on every heartbeat.
 REFRESH_INTERVAL_S = 10.0
 
-# RE2 syntax errors that Python's re would accept: back-references (\1, (?P=x)),
-# lookaround ((?=, (?!, (?<=, (?<!), atomic groups (?>, conditionals (?(,
-# and possessive quantifiers (*+, ++, ?+, }+).
-_NOT_RE2 = re.compile(r"\\[1-9]|\(\?P=|\(\?<?[=!]|\(\?>|\(\?\(|[*+?}]\+")
+# A client's bad pattern is answered with an error code, not logged by RE2
+# itself on the broker's stderr.
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
 
 
-def compile_pattern(pattern: str) -> re.Pattern[str] | None:
-    """The compiled pattern, or None if RE2 would refuse it (or ``re`` cannot read it)."""
-    if _NOT_RE2.search(_drop_escaped_backslashes(pattern)):
-        return None
+def compile_pattern(pattern: str) -> Any | None:
+    """The compiled pattern, or None if RE2 refuses it."""
     try:
-        return re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
+        return re2.compile(pattern, _OPTIONS)
+    except (re2.error, TypeError, ValueError):
         return None
-
-
-def _drop_escaped_backslashes(pattern: str) -> str:
-    """The pattern with ``\\\\`` removed, so ``\\\\1`` is not mistaken for a back-reference."""
-    return pattern.replace("\\\\", "")
 
 
 class RegexResolver:

@@ -38,3 +38,14 @@ def test_matches_refresh_after_the_interval_or_for_a_new_pattern():
     names.append("a3")
     later = resolver.resolve(["a.*"], lambda: names, lambda n: False, 2.0 + REFRESH_INTERVAL_S)
     assert later["a.*"] == {"a1", "a2", "a3"}
+
+
+def test_patterns_are_re2s_linear_time_ones():
+    # RE2 syntax that Python's re refuses: Unicode classes.
+    letters = compile_pattern(r"\pL+")
+    assert letters is not None and letters.fullmatch("orders") and not letters.fullmatch("o-1")
+    # Nested quantifiers against a long non-matching name: a backtracking engine
+    # would take longer than the test's timeout; RE2 answers in one pass.
+    nested = compile_pattern(r"(a+)+b")
+    assert nested is not None and nested.fullmatch("a" * 200 + "c") is None
+    assert nested.fullmatch("aaab")
