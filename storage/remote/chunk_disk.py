@@ -27,7 +27,6 @@ disk tier only ever saves GETs, it never fails a read.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import uuid
@@ -121,7 +120,7 @@ class DiskChunkTier:
             self.stats.hits += 1
         return data
 
-    def put(self, key: ChunkKey, data: bytes | bytearray | mmap.mmap) -> None:
+    def put(self, key: ChunkKey, data: bytes | bytearray) -> None:
         """Keep the chunk (the oldest ones out beyond the bound)."""
         if len(data) > self.max_bytes:
             return

@@ -216,6 +216,33 @@ def test_the_cache_is_bounded_in_bytes(stored: tuple[Recording, Any]) -> None:
     assert [start for start, _ in rsm.ranges].count(0) == 2
 
 
+def test_evicted_buffers_are_reused_unless_something_still_views_them(
+        stored: tuple[Recording, Any]) -> None:
+    rsm, seg = stored
+    chunks = cache(rsm, size=2 * CHUNK)
+    reused: list[bool] = []
+    new_buffer = chunks._buffer
+
+    def counting(size: int) -> Any:
+        spare = len(chunks._spare)
+        buf = new_buffer(size)
+        reused.append(len(chunks._spare) < spare)
+        return buf
+
+    chunks._buffer = counting  # type: ignore[method-assign]
+    chunks.fetch_log_segment(seg.metadata, 0, 9)  # chunk 0 in
+    # A read inside one cached chunk is a view of it: held, as a response being sent is.
+    held = chunks.fetch_log_segment(seg.metadata, 10, 99)
+    assert isinstance(held, memoryview) and held == seg.log[10:100]
+    for i in range(1, 6):
+        assert chunks.fetch_log_segment(seg.metadata, i * CHUNK, i * CHUNK + 99) \
+            == seg.log[i * CHUNK:i * CHUNK + 100]
+    # Chunk 0 went out while viewed and was not reused; chunks 1 and 2 went out
+    # unviewed and filled chunks 4 and 5.
+    assert reused == [False, False, False, False, True, True]
+    assert held == seg.log[10:100]
+
+
 def test_a_failed_fetch_fails_its_readers_and_is_tried_again(stored: tuple[Recording, Any]
                                                              ) -> None:
     rsm, seg = stored
