@@ -251,7 +251,8 @@ class TransactionCoordinator:
             epoch, last = bumped
         new = txn.prepare(S.EMPTY, producer_id=pid, producer_epoch=epoch, last_producer_epoch=last,
                           timeout_ms=timeout_ms, partitions=frozenset(), start_timestamp=-1,
-                          last_update_timestamp=self.wall_clock())
+                          last_update_timestamp=self.wall_clock(), client_tv2=False,
+                          next_producer_id=NO_PRODUCER_ID)
         error = await self._install_durably(new)
         if error is not E.NONE:
             return InitResult(error)
@@ -293,7 +294,7 @@ class TransactionCoordinator:
         start = txn.start_timestamp if txn.state is S.ONGOING else now
         return await self._install_durably(txn.prepare(
             S.ONGOING, partitions=txn.partitions | partitions, start_timestamp=start,
-            last_update_timestamp=now, client_tv2=tv2 or txn.client_tv2))
+            last_update_timestamp=now, client_tv2=tv2))
 
     def verify_partitions(self, txn_id: str, producer_id: int, epoch: int,
                           partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -348,8 +349,8 @@ class TransactionCoordinator:
             if decision.error is not E.NONE:
                 return InitResult(decision.error)
             return InitResult(E.NONE, txn.producer_id, txn.producer_epoch)
-        if not decision.bump_epoch:
-            error = await self._end(txn, committed)
+        if not decision.bump_epoch:  # a v1 client's EndTxn
+            error = await self._end(dataclasses.replace(txn, client_tv2=False), committed)
             return InitResult(error) if error else InitResult(error, txn.producer_id,
                                                               txn.producer_epoch)
         next_pid = NO_PRODUCER_ID

@@ -7,8 +7,8 @@ it completed (same result) is answered NONE.
 
 Transactions v2 (EndTxn v5, KIP-890 part 2): the Prepare* is written under
 the next epoch, which the response hands back to the client. So, once a
-v2 client ended a transaction, the epoch it sent is the id's
-``last_producer_epoch``: the same EndTxn again is a retry (CONCURRENT_TRANSACTIONS
+v2 client ended a transaction, the epoch it sent is one below the id's:
+the same EndTxn again is a retry (CONCURRENT_TRANSACTIONS
 while the markers are written, NONE with the new epoch once complete),
 whereas any other old epoch is fenced. An abort at the current epoch of an
 id with nothing open (Empty/Complete*) still bumps the epoch: the client
@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from broker.transactions.state import NO_PRODUCER_EPOCH, PREPARED, TxnMetadata, TxnState
+from broker.transactions.state import PREPARED, TxnMetadata, TxnState
 from protocol.errors import ErrorCode
 
 S = TxnState
@@ -48,9 +48,10 @@ def _answer(error: ErrorCode) -> EndDecision:
 
 
 def is_v2_retry(txn: TxnMetadata, epoch: int) -> bool:
-    """Is ``epoch`` the one a v2 EndTxn bumped away from (a retried EndTxn)?"""
-    return (txn.client_tv2 and txn.last_producer_epoch != NO_PRODUCER_EPOCH
-            and epoch == txn.last_producer_epoch)
+    """Is ``epoch`` the one a v2 EndTxn bumped away from (a retried EndTxn)?
+    (Kafka's endTxnEpochBumped: the id's client uses transactions v2, which
+    the log keeps, and the epoch is one below the id's.)"""
+    return txn.client_tv2 and epoch + 1 == txn.producer_epoch
 
 
 def decide(txn: TxnMetadata, producer_id: int, epoch: int, committed: bool,

@@ -110,9 +110,9 @@ class TxnMetadata:
     # The epoch before the last bump, so a retried InitProducerId is recognised
     # (kept in memory only: value version 0 has no field for it, as in Kafka).
     last_producer_epoch: int = NO_PRODUCER_EPOCH
-    # The last EndTxn or implicit add came from a transactions-v2 client, so an
-    # EndTxn at ``last_producer_epoch`` is that client retrying (in memory only,
-    # as ``last_producer_epoch``).
+    # The producer in this transaction uses transactions v2 (its partitions came
+    # implicitly, or its EndTxn was v5), so an EndTxn one epoch below is that
+    # client retrying (Kafka's ClientTransactionVersion; value version 1 keeps it).
     client_tv2: bool = False
     # Transactions v2 ran out of epochs: the producer id the transaction moves
     # to (epoch 0) once its markers are written (Kafka's nextProducerId).

@@ -20,8 +20,10 @@ PRODUCER_FENCED); INVALID_TXN_STATE stays: the partition is not in the
 transaction, and appending would leave a transaction no marker closes.
 
 Known gap (Kafka's VerificationGuard): the answer is not pinned to the
-producer state, so a marker landing between the answer and the append
-(an abort by timeout at that instant) is not detected.
+producer state. A marker that lands between the answer and the append
+under a newer epoch (a timeout's fencing abort, any transactions-v2 end)
+still refuses the batch through the log's epoch check; only a v1 client
+ending its own transaction while its batch is in flight is not caught.
 """
 
 from __future__ import annotations

@@ -80,6 +80,27 @@ async def test_a_retried_end_txn_gets_the_bumped_epoch_again(broker):
     assert again.error is E.INVALID_TXN_STATE
 
 
+async def test_a_retry_is_recognised_after_the_coordinator_reloads(broker):
+    pid, epoch = await init(broker)
+    await produce_v2(broker, pid, epoch)
+    await broker.txns.end_transaction("tx", pid, epoch, True, tv2=True)
+    await broker.restart()  # replays __transaction_state (value version 1 keeps the v2 client)
+    assert broker.txns.txns["tx"].client_tv2
+    retry = await broker.txns.end_transaction("tx", pid, epoch, True, tv2=True)
+    assert (retry.error, retry.producer_epoch) == (E.NONE, epoch + 1)
+
+
+async def test_a_v1_client_after_a_v2_one_keeps_v1_rules(broker):
+    pid, epoch = await init(broker)
+    await produce_v2(broker, pid, epoch)
+    await broker.txns.end_transaction("tx", pid, epoch, True, tv2=True)
+    pid, epoch = await init(broker)  # a new instance, transactions v1
+    assert not broker.txns.txns["tx"].client_tv2
+    assert await broker.txns.add_partitions("tx", pid, epoch, {T1}) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE
+    assert await broker.txns.end_txn("tx", pid, epoch, True) is E.NONE  # a v1 retry
+
+
 async def test_an_abort_with_nothing_added_still_bumps_the_epoch(broker):
     pid, epoch = await init(broker)
     done = await broker.txns.end_transaction("tx", pid, epoch, False, tv2=True)
