@@ -38,6 +38,7 @@ from broker.server import serve
 from broker.tiering import build_tiering
 from broker.transactions import TransactionCoordinator
 from broker.transactions.markers import MarkerWriter
+from broker.transactions.verifier import PartitionVerifier
 from config import BrokerConfig
 from replication.cluster import controlled_shutdown, open_cluster_node
 from replication.local_admin import SingleNode, open_single_node
@@ -70,7 +71,10 @@ def build(config: BrokerConfig) -> tuple[BrokerContext, SingleNode]:
     transactions = TransactionCoordinator(config, node.internal.transactions, groups, markers,
                                           node.admin.allocate_producer_id)
     ctx = BrokerContext(config, node.metadata, replicas, node.admin, _metrics(replicas),
-                        config["node.id"], groups, transactions)
+                        config["node.id"], groups, transactions,
+                        txn_verifier=PartitionVerifier(config["node.id"], transactions,
+                                                       node.metadata,
+                                                       config["request.timeout.ms"]))
     return ctx, node
 
 
@@ -86,9 +90,11 @@ async def build_cluster(config: BrokerConfig, connector: Connector | None) -> Br
                                           node.admin.allocate_producer_id,
                                           follow_leadership=True)
     node.on_leadership.extend([groups.on_leadership, transactions.on_leadership])
+    verifier = PartitionVerifier(config["node.id"], transactions, node.metadata,
+                                 config["request.timeout.ms"], connector)
     return BrokerContext(config, node.metadata, node.replicas, node.admin,
                          _metrics(node.replicas), config["node.id"], groups, transactions,
-                         cluster=node)
+                         txn_verifier=verifier, cluster=node)
 
 
 async def run(config: BrokerConfig) -> None:

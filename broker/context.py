@@ -12,6 +12,7 @@ from broker.security.quotas import QuotaStore
 from broker.security.scram import CredentialStore
 from broker.topic_encodings import TopicEncodings
 from broker.transactions import TransactionCoordinator
+from broker.transactions.verifier import PartitionVerifier
 from config import BrokerConfig
 from replication.cluster import ClusterNode
 from replication.metadata_cache import MetadataCache
@@ -32,6 +33,8 @@ class BrokerContext:
     node_id: int
     groups: GroupCoordinator | None = None
     transactions: TransactionCoordinator | None = None
+    # Asks the transaction coordinator before transactional appends (KIP-890).
+    txn_verifier: PartitionVerifier | None = None
     # Cluster mode (zookeeper.connect set); None on a single node.
     cluster: ClusterNode | None = None
     # SCRAM credentials (ZooKeeper in cluster mode, the log dir on a single node).

@@ -48,7 +48,8 @@ def _spec(request: Any, response: Any, lo: int, hi: int) -> ApiSpec:
 SUPPORTED: dict[int, ApiSpec] = {
     s.key: s
     for s in (
-        _spec(producer.ProduceRequest, producer.ProduceResponse, 3, 11),
+        # v12: a transactions-v2 client's batches add their partitions (KIP-890).
+        _spec(producer.ProduceRequest, producer.ProduceResponse, 3, 12),
         _spec(consumer.FetchRequest, consumer.FetchResponse, 4, 17),
         _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 9),
         _spec(metadata.MetadataRequest, metadata.MetadataResponse, 1, 12),
@@ -90,11 +91,12 @@ SUPPORTED: dict[int, ApiSpec] = {
               consumer_group_apis.ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(consumer_group_apis.ConsumerGroupDescribeRequest,
               consumer_group_apis.ConsumerGroupDescribeResponse, 0, 0),
-        # Transactions (broker/handlers/transactions.py); v5 = transaction version 2, not offered.
-        _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 4),
+        # Transactions (broker/handlers/transactions.py); EndTxn v5 and
+        # TxnOffsetCommit v5 are transactions v2 (KIP-890 part 2).
+        _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 5),
         _spec(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 4),
-        _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 4),
-        _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 4),
+        _spec(producer.EndTxnRequest, producer.EndTxnResponse, 0, 5),
+        _spec(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 5),
         # Markers from a transaction coordinator to partition leaders, or an
         # operator's abort of a hanging transaction (Admin.abortTransaction).
         _spec(producer.WriteTxnMarkersRequest, producer.WriteTxnMarkersResponse, 1, 1),

@@ -79,7 +79,7 @@ group.consumer.session.timeout.ms group.consumer.heartbeat.interval.ms group.con
 group.consumer.max.size
 offsets.topic.segment.bytes offsets.retention.minutes offsets.retention.check.interval.ms
 offsets.commit.timeout.ms offset.metadata.max.bytes request.timeout.ms
-transaction.max.timeout.ms transaction.state.log.num.partitions
+transaction.max.timeout.ms transaction.state.log.num.partitions transaction.partition.verification.enable
 transaction.state.log.segment.bytes transactional.id.expiration.ms
 transaction.abort.timed.out.transaction.cleanup.interval.ms
 transaction.remove.expired.transaction.cleanup.interval.ms offsets.topic.replication.factor

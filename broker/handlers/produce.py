@@ -9,9 +9,12 @@ at all. Per-partition errors (unknown partition, not leader, too few in-sync
 replicas, corrupt batch, too large) are answered for that partition; the
 others still append.
 
-Transactional batches are verified with the transaction coordinator first
-(a simplified KIP-890 check): the partition must be in the producer's open
-transaction, else INVALID_TXN_STATE.
+Transactional batches (KIP-890, ``txn_checks``): before the first batch of
+a transaction on a partition this broker leads, the transaction coordinator
+adds the partition (Produce v12+, transactions v2) or verifies it is in the
+open transaction (older versions, with
+transaction.partition.verification.enable); a refused partition gets the
+coordinator's answer (INVALID_TXN_STATE: not in the transaction).
 
 A partition refused with NOT_LEADER_OR_FOLLOWER names its current leader and
 the response that leader's endpoint (v10+, KIP-951; see ``leader_discovery``).
@@ -26,8 +29,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker.context import BrokerContext, Session
 from broker.deferred import Deferred
-from broker.handlers import leader_discovery
-from protocol import records as batches
+from broker.handlers import leader_discovery, txn_checks
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
 from replication.replica_manager import ACKS_ALL, VALID_ACKS
@@ -48,14 +50,20 @@ async def handle_produce(ctx: BrokerContext, header: RequestHeader, req: Any, se
     topics = []
     # acks=all partitions appended: (topic, partition) -> (their list, index, offset to reach)
     waiting: dict[tuple[str, int], tuple[list[Any], int, int]] = {}
+    refused = await txn_checks.check_produce(ctx, v, req) if acks_ok else {}
     for topic in req.topic_data:
         parts = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_error(ctx, part_cls, pd.index, ErrorCode.INVALID_REQUIRED_ACKS, ""))
                 continue
-            answer, next_offset = _append(ctx, part_cls, topic.name, pd, req.transactional_id,
-                                          req.acks)
+            if code := refused.get((topic.name, pd.index)):
+                log.info("transactional produce rejected", topic=topic.name, partition=pd.index,
+                         transactional_id=req.transactional_id, error=code.name)
+                parts.append(_error(ctx, part_cls, pd.index, code,
+                                    f"transactional batch refused: {code.name}"))
+                continue
+            answer, next_offset = _append(ctx, part_cls, topic.name, pd, req.acks)
             parts.append(answer)
             if req.acks == ACKS_ALL and next_offset is not None:
                 waiting[(topic.name, pd.index)] = (parts, len(parts) - 1, next_offset)
@@ -103,18 +111,12 @@ def _name_leaders(ctx: BrokerContext, resp: Any, topics: list[Any], listener: st
 
 
 def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any,
-            transactional_id: str | None, acks: int) -> tuple[Any, int | None]:
+            acks: int) -> tuple[Any, int | None]:
     """Append one partition's records; returns its answer and, if appended, the
     offset the ISR must reach for acks=all."""
     records = pd.records
     if records is None:
         return _error(ctx, part_cls, pd.index, ErrorCode.CORRUPT_MESSAGE, "null record set"), None
-    code = _verify_transactional(ctx, transactional_id, (topic, pd.index), records)
-    if code:
-        log.info("transactional produce rejected", topic=topic, partition=pd.index,
-                 transactional_id=transactional_id, error=code.name)
-        return (_error(ctx, part_cls, pd.index, code, f"transactional batch refused: {code.name}"),
-                None)
     try:
         result = ctx.replicas.append_local((topic, pd.index), bytearray(records),
                                            required_acks=acks)
@@ -129,17 +131,6 @@ def _append(ctx: BrokerContext, part_cls: Any, topic: str, pd: Any,
                     log_append_time_ms=result.log_append_time,
                     log_start_offset=result.log_start_offset, record_errors=[],
                     error_message=None), result.last_offset + 1
-
-
-def _verify_transactional(ctx: BrokerContext, transactional_id: str | None,
-                          tp: tuple[str, int], data: bytes) -> ErrorCode:
-    if ctx.transactions is None or len(data) < batches.HEADER_SIZE:
-        return ErrorCode.NONE
-    head = batches.parse_header(data, 0)
-    if not head.is_transactional or head.is_control:
-        return ErrorCode.NONE
-    return ctx.transactions.verify_produce(transactional_id, head.producer_id,
-                                           head.producer_epoch, tp)
 
 
 def _error(ctx: BrokerContext, part_cls: Any, index: int, code: ErrorCode, message: str) -> Any:

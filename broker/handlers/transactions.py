@@ -13,10 +13,13 @@ a transaction is never half-extended); PRODUCER_FENCED becomes
 INVALID_PRODUCER_EPOCH for request versions older than the one that
 introduced it (v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn).
 
-AddPartitionsToTxn v0-v3 is the client form; v4 is the batched broker form,
+AddPartitionsToTxn v0-v3 is the client form; v4+ is the batched broker form,
 with ``verify_only`` answering whether each partition is already in the
-transaction (KIP-890 part 1). Transaction version 2 (EndTxn v5,
-TxnOffsetCommit v5, AddPartitionsToTxn v5) is not advertised.
+transaction (KIP-890 part 1), or adding it for a transactions-v2 client's
+Produce (``verify_only`` false). Transactions v2 (KIP-890 part 2): EndTxn v5
+bumps the producer epoch and answers the producer id and epoch to go on
+with; TxnOffsetCommit v5 adds the group's offsets partition to the
+transaction itself (no AddOffsetsToTxn).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kafka.protocol.producer import (
 from broker.context import BrokerContext, Session
 from broker.coordinator.offsets import PartitionCommit
 from broker.handlers.groups import not_here
+from broker.handlers.txn_checks import TXN_OFFSET_COMMIT_ADDS_SINCE, add_offsets_partition
 from broker.transactions import TransactionCoordinator
 from broker.transactions.markers import Marker, write_local
 from protocol.api import RequestHeader
@@ -50,6 +54,8 @@ E = ErrorCode
 # First request version that may carry PRODUCER_FENCED (older ones get INVALID_PRODUCER_EPOCH).
 _FENCED_SINCE = 2
 _BATCHED_VERSION = 4
+# First EndTxn version of transactions v2.
+_END_TXN_V2 = 5
 NO_EPOCH = -1
 
 
@@ -87,13 +93,14 @@ async def handle_add_partitions(ctx: BrokerContext, header: RequestHeader, req: 
     results = [resp.AddPartitionsToTxnResult(
         transactional_id=t.transactional_id,
         topic_results=await _add_one(ctx, resp, v, t.transactional_id, t.producer_id,
-                                     t.producer_epoch, t.topics, verify_only=t.verify_only))
+                                     t.producer_epoch, t.topics, verify_only=t.verify_only,
+                                     tv2=not t.verify_only))
         for t in req.transactions]
     return resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
 
 
 async def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_id: int,
-                   epoch: int, topics: Any, verify_only: bool) -> list[Any]:
+                   epoch: int, topics: Any, verify_only: bool, tv2: bool = False) -> list[Any]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     known = {tp: ctx.metadata.has_partition(tp) for tp in wanted}
     coord = coordinator(ctx)
@@ -103,7 +110,7 @@ async def _add_one(ctx: BrokerContext, resp: Any, v: int, txn_id: str, producer_
     elif verify_only:
         errors = coord.verify_partitions(txn_id, producer_id, epoch, set(wanted))
     else:
-        code = await coord.add_partitions(txn_id, producer_id, epoch, set(wanted))
+        code = await coord.add_partitions(txn_id, producer_id, epoch, set(wanted), tv2=tv2)
         errors = dict.fromkeys(wanted, fenced_for(code, v))
     by_topic: dict[str, list[Any]] = {}
     part_cls = resp.AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
@@ -126,10 +133,16 @@ async def handle_add_offsets(ctx: BrokerContext, header: RequestHeader, req: Any
 
 
 async def handle_end_txn(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
-    code = await coordinator(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
-                                    bool(req.committed))
-    code = _count(ctx, "EndTxn", fenced_for(code, header.api_version))
-    return EndTxnResponse[header.api_version](throttle_time_ms=0, error_code=code)
+    v = header.api_version
+    result = await coordinator(ctx).end_transaction(
+        req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed),
+        tv2=v >= _END_TXN_V2)
+    code = _count(ctx, "EndTxn", fenced_for(result.error, v))
+    if v < _END_TXN_V2:
+        return EndTxnResponse[v](throttle_time_ms=0, error_code=code)
+    return EndTxnResponse[v](throttle_time_ms=0, error_code=code,
+                             producer_id=result.producer_id,
+                             producer_epoch=result.producer_epoch)
 
 
 # -- TxnOffsetCommit ----------------------------------------------------------------------
@@ -146,7 +159,12 @@ async def handle_txn_offset_commit(ctx: BrokerContext, header: RequestHeader,
                                p.committed_metadata)
                for t in req.topics for p in t.partitions
                if ctx.metadata.has_partition((t.name, p.partition_index))]
-    if commits and (code := not_here(ctx, req.group_id)):
+    code = not_here(ctx, req.group_id) if commits else E.NONE
+    if not code and commits and v >= TXN_OFFSET_COMMIT_ADDS_SINCE:
+        tp = coordinator(ctx).offsets_partition(req.group_id)
+        code = E.COORDINATOR_NOT_AVAILABLE if tp is None else await add_offsets_partition(
+            ctx, req.transactional_id, req.producer_id, req.producer_epoch, tp)
+    if code:
         errors = iter([code] * len(commits))
     else:
         errors = iter(await coordinator(ctx).txn_offset_commit(

@@ -48,6 +48,7 @@ shared (``broker.coordinator_runtime``, ``broker.coordinator_store``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -57,17 +58,21 @@ import trio
 from broker.coordinator import GroupCoordinator
 from broker.coordinator.offsets import PartitionCommit
 from broker.coordinator_runtime import CoordinatorRuntime
+from broker.transactions import end_rules
+from broker.transactions.end_rules import EndAction
 from broker.transactions.log_store import load_txns, txn_record, txn_store
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import (
     EXPIRABLE,
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     PREPARED,
     TopicPartition,
     TxnMetadata,
     TxnState,
     epoch_exhausted,
+    init_epoch_bump,
 )
 from config import BrokerConfig
 from protocol.errors import ErrorCode
@@ -82,6 +87,8 @@ E = ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class InitResult:
+    """InitProducerId's (and EndTxn v5's) answer: an error or the producer's id and epoch."""
+
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
@@ -238,13 +245,14 @@ class TransactionCoordinator:
             epoch, last = 0, txn.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
         else:
             pid = txn.producer_id
-            bumped = _bump_epoch(txn, None if expected is None else expected[1])
+            bumped = init_epoch_bump(txn, None if expected is None else expected[1])
             if bumped is None:
                 return InitResult(E.PRODUCER_FENCED)
             epoch, last = bumped
         new = txn.prepare(S.EMPTY, producer_id=pid, producer_epoch=epoch, last_producer_epoch=last,
                           timeout_ms=timeout_ms, partitions=frozenset(), start_timestamp=-1,
-                          last_update_timestamp=self.wall_clock())
+                          last_update_timestamp=self.wall_clock(), client_tv2=False,
+                          next_producer_id=NO_PRODUCER_ID)
         error = await self._install_durably(new)
         if error is not E.NONE:
             return InitResult(error)
@@ -268,7 +276,13 @@ class TransactionCoordinator:
         return txn
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
-                             partitions: set[TopicPartition]) -> ErrorCode:
+                             partitions: set[TopicPartition], tv2: bool = False) -> ErrorCode:
+        """Add ``partitions`` to the open transaction (starting one if none is).
+
+        Args:
+            tv2: added implicitly for a transactions-v2 client (its Produce v12
+                or TxnOffsetCommit v5, through the partition's leader).
+        """
         txn = self._current(txn_id, producer_id, epoch)
         if isinstance(txn, ErrorCode):
             return txn
@@ -280,7 +294,7 @@ class TransactionCoordinator:
         start = txn.start_timestamp if txn.state is S.ONGOING else now
         return await self._install_durably(txn.prepare(
             S.ONGOING, partitions=txn.partitions | partitions, start_timestamp=start,
-            last_update_timestamp=now))
+            last_update_timestamp=now, client_tv2=tv2))
 
     def verify_partitions(self, txn_id: str, producer_id: int, epoch: int,
                           partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -311,27 +325,57 @@ class TransactionCoordinator:
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int,
                       committed: bool) -> ErrorCode:
-        """Kafka's handleEndTransaction from a client (strict epoch equality)."""
+        """EndTxn v0-v4 (transactions v1): just the error."""
+        return (await self.end_transaction(txn_id, producer_id, epoch, committed)).error
+
+    async def end_transaction(self, txn_id: str, producer_id: int, epoch: int, committed: bool,
+                              tv2: bool = False) -> InitResult:
+        """Kafka's handleEndTransaction from a client (rules: ``end_rules``).
+
+        Args:
+            tv2: EndTxn v5+: the epoch is bumped, and the answer carries the
+                producer id and epoch the client goes on with.
+        """
         txn = self._current(txn_id, producer_id, epoch)
+        if txn is E.PRODUCER_FENCED:
+            txn = self.txns[txn_id]  # an old epoch may be a v2 client's retry
         if isinstance(txn, ErrorCode):
-            return txn
-        if txn.state is S.ONGOING:
-            return await self._end(txn, committed)
-        done, prepared = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if committed
-                          else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
-        if txn.state is done:
-            return E.NONE  # a retry of an EndTxn that already completed
-        if txn.state is prepared:
-            return E.CONCURRENT_TRANSACTIONS
-        log.info("EndTxn in wrong state", transactional_id=txn_id, state=txn.state.kafka_name,
-                 commit=committed)
-        return E.INVALID_TXN_STATE
+            return InitResult(txn)
+        decision = end_rules.decide(txn, producer_id, epoch, committed, tv2)
+        if decision.action is EndAction.ANSWER:
+            if decision.error is E.INVALID_TXN_STATE:
+                log.info("EndTxn in wrong state", transactional_id=txn_id,
+                         state=txn.state.kafka_name, commit=committed)
+            if decision.error is not E.NONE:
+                return InitResult(decision.error)
+            return InitResult(E.NONE, txn.producer_id, txn.producer_epoch)
+        if not decision.bump_epoch:  # a v1 client's EndTxn
+            error = await self._end(dataclasses.replace(txn, client_tv2=False), committed)
+            return InitResult(error) if error else InitResult(error, txn.producer_id,
+                                                              txn.producer_epoch)
+        next_pid = NO_PRODUCER_ID
+        if epoch_exhausted(txn.producer_epoch):
+            next_pid = await self.allocate_producer_id()
+            if self.txns.get(txn_id) is not txn:
+                return InitResult(E.CONCURRENT_TRANSACTIONS)
+        bumped = dataclasses.replace(txn, producer_epoch=txn.producer_epoch + 1,
+                                     last_producer_epoch=txn.producer_epoch, client_tv2=True,
+                                     next_producer_id=next_pid)
+        if txn.state is not S.ONGOING:
+            bumped = dataclasses.replace(bumped, partitions=frozenset(),
+                                         start_timestamp=self.wall_clock())
+        error = await self._end(bumped, committed)
+        if error is not E.NONE:
+            return InitResult(error)
+        if next_pid != NO_PRODUCER_ID:
+            return InitResult(E.NONE, next_pid, 0)
+        return InitResult(E.NONE, bumped.producer_id, bumped.producer_epoch)
 
     async def _fence_and_abort(self, txn: TxnMetadata) -> ErrorCode:
         bumped = txn.producer_epoch if txn.producer_epoch >= MAX_PRODUCER_EPOCH \
             else txn.producer_epoch + 1
         fenced = txn.prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=bumped,
-                             last_producer_epoch=NO_PRODUCER_EPOCH)
+                             last_producer_epoch=NO_PRODUCER_EPOCH, client_tv2=False)
         return await self._end(fenced, committed=False)
 
     async def _end(self, txn: TxnMetadata, committed: bool) -> ErrorCode:
@@ -370,6 +414,11 @@ class TransactionCoordinator:
             return
         done = txn.prepare(S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT,
                            partitions=frozenset(), last_update_timestamp=self.wall_clock())
+        if done.next_producer_id != NO_PRODUCER_ID:
+            # Transactions v2 ran out of epochs: go on with the new producer id.
+            done = dataclasses.replace(done, producer_id=done.next_producer_id, producer_epoch=0,
+                                       last_producer_epoch=NO_PRODUCER_EPOCH,
+                                       next_producer_id=NO_PRODUCER_ID)
         if self._install(done) is not E.NONE:
             # Markers are all written; the periodic task writes Complete* again.
             self.txns[txn_id] = txn.with_partitions(frozenset())
@@ -392,7 +441,7 @@ class TransactionCoordinator:
             return error
         return await self.store.wait_durable(txn.transactional_id, self.timeout_ms)
 
-    # -- TxnOffsetCommit and produce verification ----------------------------------
+    # -- TxnOffsetCommit ---------------------------------------------------------------
 
     async def txn_offset_commit(self, txn_id: str, group_id: str, producer_id: int, epoch: int,
                                 generation_id: int, member_id: str,
@@ -420,36 +469,3 @@ class TransactionCoordinator:
                 return [E.INVALID_TXN_STATE] * len(commits)
         return await self.groups.txn_offset_commit(group_id, producer_id, epoch, generation_id,
                                                    member_id, group_instance_id, commits)
-
-    def verify_produce(self, txn_id: str | None, producer_id: int, epoch: int,
-                       tp: TopicPartition) -> ErrorCode:
-        """May this producer write a transactional batch to ``tp`` now?
-
-        A simplified KIP-890 verification: the partition must be in the id's
-        open transaction (INVALID_TXN_STATE otherwise); an old epoch is
-        INVALID_PRODUCER_EPOCH, an unknown id or producer id
-        INVALID_PRODUCER_ID_MAPPING.
-        """
-        if not txn_id:
-            return E.INVALID_TXN_STATE
-        if not self.owns(txn_id):
-            return E.NONE  # coordinated elsewhere: the log's epoch checks still apply
-        txn = self._current(txn_id, producer_id, epoch)
-        if txn is E.PRODUCER_FENCED:
-            return E.INVALID_PRODUCER_EPOCH
-        if isinstance(txn, ErrorCode):
-            return txn
-        if txn.state is not S.ONGOING or tp not in txn.partitions:
-            return E.INVALID_TXN_STATE
-        return E.NONE
-
-
-def _bump_epoch(txn: TxnMetadata, expected_epoch: int | None) -> tuple[int, int] | None:
-    """Kafka's prepareIncrementProducerEpoch: (new epoch, last epoch), None if fenced."""
-    if expected_epoch is None:
-        return txn.producer_epoch + 1, NO_PRODUCER_EPOCH
-    if txn.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == txn.producer_epoch:
-        return txn.producer_epoch + 1, txn.producer_epoch
-    if expected_epoch == txn.last_producer_epoch:
-        return txn.producer_epoch, txn.last_producer_epoch  # a retry of a bump that worked
-    return None

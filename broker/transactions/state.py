@@ -24,9 +24,14 @@ A transactional id moves through Kafka's states (ids are what
   epoch, so the old instance's late writes are rejected.
 * Dead: the id expired (transactional.id.expiration.ms); a tombstone follows.
 
-``TRANSITIONS`` is Kafka's ``validPreviousStates`` inverted, without the
-transaction-version-2 moves (Empty/Complete* -> PrepareAbort) this broker
-does not advertise. ``TxnMetadata.prepare`` raises ``IllegalTxnTransition``
+* Transactions v2 (KIP-890 part 2): every EndTxn v5 writes its Prepare*
+  under the next producer epoch, so the markers fence whatever the old
+  epoch still sends; and an abort may start from Empty/Complete* (the
+  client began a transaction whose partitions never reached the
+  coordinator): PrepareAbort with no partitions, only the epoch bump.
+
+``TRANSITIONS`` is Kafka's ``validPreviousStates`` inverted.
+``TxnMetadata.prepare`` raises ``IllegalTxnTransition``
 for anything else. Metadata is immutable once built: ``prepare`` returns the
 next version, which the coordinator installs only after the log accepted
 it (Kafka's TxnTransitMetadata).
@@ -66,12 +71,12 @@ class TxnState(enum.Enum):
 
 S = TxnState
 TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
-    S.EMPTY: frozenset({S.EMPTY, S.ONGOING, S.DEAD}),
+    S.EMPTY: frozenset({S.EMPTY, S.ONGOING, S.PREPARE_ABORT, S.DEAD}),
     S.ONGOING: frozenset({S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE}),
     S.PREPARE_COMMIT: frozenset({S.COMPLETE_COMMIT}),
     S.PREPARE_ABORT: frozenset({S.COMPLETE_ABORT}),
-    S.COMPLETE_COMMIT: frozenset({S.EMPTY, S.ONGOING, S.DEAD}),
-    S.COMPLETE_ABORT: frozenset({S.EMPTY, S.ONGOING, S.DEAD}),
+    S.COMPLETE_COMMIT: frozenset({S.EMPTY, S.ONGOING, S.PREPARE_ABORT, S.DEAD}),
+    S.COMPLETE_ABORT: frozenset({S.EMPTY, S.ONGOING, S.PREPARE_ABORT, S.DEAD}),
     S.DEAD: frozenset(),
     S.PREPARE_EPOCH_FENCE: frozenset({S.PREPARE_ABORT}),
 }
@@ -105,6 +110,13 @@ class TxnMetadata:
     # The epoch before the last bump, so a retried InitProducerId is recognised
     # (kept in memory only: value version 0 has no field for it, as in Kafka).
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    # The producer in this transaction uses transactions v2 (its partitions came
+    # implicitly, or its EndTxn was v5), so an EndTxn one epoch below is that
+    # client retrying (Kafka's ClientTransactionVersion; value version 1 keeps it).
+    client_tv2: bool = False
+    # Transactions v2 ran out of epochs: the producer id the transaction moves
+    # to (epoch 0) once its markers are written (Kafka's nextProducerId).
+    next_producer_id: int = NO_PRODUCER_ID
 
     def prepare(self, state: TxnState, **changes: Any) -> TxnMetadata:
         """The next version of this metadata, in ``state``.
@@ -120,3 +132,15 @@ class TxnMetadata:
     def with_partitions(self, partitions: frozenset[TopicPartition]) -> TxnMetadata:
         """Same state, fewer partitions (markers written to the others)."""
         return dataclasses.replace(self, partitions=partitions)
+
+
+def init_epoch_bump(txn: TxnMetadata, expected_epoch: int | None) -> tuple[int, int] | None:
+    """InitProducerId's epoch bump (Kafka's prepareIncrementProducerEpoch):
+    (new epoch, last epoch), None if the caller is fenced."""
+    if expected_epoch is None:
+        return txn.producer_epoch + 1, NO_PRODUCER_EPOCH
+    if txn.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == txn.producer_epoch:
+        return txn.producer_epoch + 1, txn.producer_epoch
+    if expected_epoch == txn.last_producer_epoch:
+        return txn.producer_epoch, txn.last_producer_epoch  # a retry of a bump that worked
+    return None

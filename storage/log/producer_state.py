@@ -224,6 +224,13 @@ class ProducerStateManager:
         lso = min(others) if others else h.base_offset + 1
         return CompletedTxn(h.producer_id, first, h.base_offset, not marker.committed, lso)
 
+    def in_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Has this producer, at ``epoch``, an open transaction on this partition?
+        (A leader verifies only the first batch of a transaction, KIP-890.)"""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.epoch == epoch \
+            and entry.current_txn_first_offset != NO_TXN
+
     def first_undecided_offset(self) -> int | None:
         """First offset of the oldest open transaction, None if none is open."""
         return min(self.ongoing) if self.ongoing else None

@@ -5,8 +5,12 @@ How the transaction comes to hang: a producer takes a producer id and epoch
 for its transactional id from the coordinator (InitProducerId), then writes
 a transactional batch straight to a partition whose leader is another
 broker, without AddPartitionsToTxn first. That leader does not coordinate
-the id, so, as a Kafka broker without KIP-890's verification does, it takes
-the batch on the log's producer-epoch checks alone. The coordinator never
+the id, and its transaction.partition.verification.enable is off here, so,
+as a Kafka broker without KIP-890's verification does (an older broker, or
+one with that switch off), it takes the batch on the log's producer-epoch
+checks alone. (With verification on, the default, the leader asks the
+coordinator first and refuses the batch: INVALID_TXN_STATE, see
+test_txn_verification.py.) The coordinator never
 learns of the partition: it writes no marker there, its transaction
 timeout never fires (the id's transaction has no partitions), and the
 partition's last stable offset stays at the batch for good, so
@@ -42,7 +46,9 @@ from system_tests.cluster.cluster import WAIT_S, Cluster, wait_for
 
 INTERNAL = {"transaction.state.log.num.partitions": "3",
             "transaction.state.log.replication.factor": "3",
-            "transaction.state.log.min.isr": "2"}
+            "transaction.state.log.min.isr": "2",
+            # Brokers that take a transactional batch without asking the coordinator.
+            "transaction.partition.verification.enable": "false"}
 AFTER = [f"after-{i}" for i in range(5)]
 TXN_TIMEOUT_MS = 60_000
 

@@ -22,6 +22,7 @@ from broker.transactions import TransactionCoordinator
 from broker.transactions.log_store import txn_record
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.state import TxnState
+from broker.transactions.verifier import PartitionVerifier, for_produce
 from protocol import records
 from protocol.errors import ErrorCode as E
 from protocol.errors import KafkaApiError
@@ -196,10 +197,14 @@ async def test_add_partitions_errors_and_verification(broker):
     assert await broker.txns.add_partitions("zz", pid, epoch, {T1}) is E.INVALID_PRODUCER_ID_MAPPING
     assert broker.txns.verify_partitions("tx", pid, epoch, {T0, T1}) == \
         {T0: E.NONE, T1: E.INVALID_TXN_STATE}
-    assert broker.txns.verify_produce("tx", pid, epoch, T0) is E.NONE
-    assert broker.txns.verify_produce("tx", pid, epoch, T1) is E.INVALID_TXN_STATE
-    assert broker.txns.verify_produce("tx", pid, epoch - 1, T0) is E.INVALID_PRODUCER_EPOCH
-    assert broker.txns.verify_produce(None, pid, epoch, T0) is E.INVALID_TXN_STATE
+    # A leader's verification before a transactional append (the coordinator is local here).
+    verifier = PartitionVerifier(0, broker.txns, broker.node.metadata, TIMEOUT_MS)
+    assert await verifier.check("tx", pid, epoch, [T0, T1], add=False) == \
+        {T0: E.NONE, T1: E.INVALID_TXN_STATE}
+    assert await verifier.check("tx", pid, epoch - 1, [T0], add=False) == {T0: E.PRODUCER_FENCED}
+    assert for_produce(E.PRODUCER_FENCED) is E.INVALID_PRODUCER_EPOCH
+    assert for_produce(E.NOT_COORDINATOR) is E.NOT_ENOUGH_REPLICAS
+    assert await verifier.check(None, pid, epoch, [T0], add=False) == {T0: E.INVALID_TXN_STATE}
 
 
 async def test_owed_markers_are_retried_and_block_the_id_meanwhile(broker, monkeypatch,

@@ -56,8 +56,8 @@ def test_versions_advertised():
                                           SUPPORTED[r.API_KEY].max_version)
               for r in (AddPartitionsToTxnRequest, AddOffsetsToTxnRequest, EndTxnRequest,
                         TxnOffsetCommitRequest, InitProducerIdRequest)}
-    assert ranges == {"AddPartitionsToTxn": (0, 4), "AddOffsetsToTxn": (0, 4), "EndTxn": (0, 4),
-                      "TxnOffsetCommit": (0, 4), "InitProducerId": (0, 5)}
+    assert ranges == {"AddPartitionsToTxn": (0, 5), "AddOffsetsToTxn": (0, 4), "EndTxn": (0, 5),
+                      "TxnOffsetCommit": (0, 5), "InitProducerId": (0, 5)}
 
 
 async def init(ctx, txn_id="tx", version=4, timeout=60_000):

@@ -68,23 +68,58 @@ names = st.text(alphabet="abcxyz._-0123456789", min_size=1, max_size=20)
     timeout=st.integers(1, 2**31 - 1),
     partitions=st.frozensets(st.tuples(names, st.integers(0, 2**31 - 1)), max_size=6),
     start=st.integers(-1, 2**62), update=st.integers(-1, 2**62),
+    tv2=st.booleans(), next_pid=st.sampled_from([-1, 0, 2**40]),
 )
-def test_round_trip(state, pid, epoch, timeout, partitions, start, update):
+def test_round_trip(state, pid, epoch, timeout, partitions, start, update, tv2, next_pid):
     if state is S.EMPTY:
         partitions = frozenset()
-    txn = TxnMetadata("id", pid, epoch, timeout, state, partitions, start, update)
-    assert rec.decode_value("id", rec.encode_value(txn)) == txn
+    txn = TxnMetadata("id", pid, epoch, timeout, state, partitions, start, update,
+                      client_tv2=tv2, next_producer_id=next_pid)
+    data = rec.encode_value(txn)
+    assert data[:2] == (b"\x00\x01" if tv2 or next_pid != -1 else b"\x00\x00")
+    assert rec.decode_value("id", data) == txn
 
 
-def test_every_truncation_is_rejected():
-    data = rec.encode_value(TxnMetadata("t", 5, 0, 1000, S.ONGOING, frozenset({("a", 0)}), 1, 2))
+def test_flexible_value_golden_bytes():
+    """Version 1, for a transactions-v2 client's id (Kafka's TransactionLogValue v1)."""
+    txn = TxnMetadata("tx-1", producer_id=1000, producer_epoch=3, timeout_ms=60_000,
+                      state=S.PREPARE_COMMIT, partitions=frozenset({("a", 0), ("a", 2)}),
+                      start_timestamp=7, last_update_timestamp=9, client_tv2=True,
+                      next_producer_id=1001)
+    expected = (
+        b"\x00\x01"                          # value version 1
+        + struct.pack(">q", 1000)            # producerId
+        + struct.pack(">h", 3)               # producerEpoch
+        + struct.pack(">i", 60_000)          # transactionTimeoutMs
+        + b"\x02"                            # transactionStatus: PrepareCommit
+        + b"\x02"                            # compact array: one topic
+        + b"\x02a"                           # compact string "a"
+        + b"\x03" + struct.pack(">ii", 0, 2)  # compact array: partitions [0, 2]
+        + b"\x00"                            # the entry's tagged fields: none
+        + struct.pack(">q", 9)               # lastUpdateTimestamp
+        + struct.pack(">q", 7)               # startTimestamp
+        + b"\x02"                            # two tagged fields
+        + b"\x01\x08" + struct.pack(">q", 1001)  # tag 1 NextProducerId
+        + b"\x02\x02" + struct.pack(">h", 2)     # tag 2 ClientTransactionVersion 2
+    )
+    assert rec.encode_value(txn) == expected
+    assert rec.decode_value("tx-1", expected) == txn
+    # Unknown tags (PreviousProducerId, tag 0) are read past.
+    with_previous = expected[:-15] + b"\x03" + b"\x00\x08" + struct.pack(">q", 5) + expected[-14:]
+    assert rec.decode_value("tx-1", with_previous) == txn
+
+
+@pytest.mark.parametrize("tv2", [False, True])
+def test_every_truncation_is_rejected(tv2):
+    data = rec.encode_value(TxnMetadata("t", 5, 0, 1000, S.ONGOING, frozenset({("a", 0)}), 1, 2,
+                                        client_tv2=tv2))
     for cut in range(len(data)):
         with pytest.raises(rec.RecordFormatError):
             rec.decode_value("t", data[:cut])
 
 
 @pytest.mark.parametrize("data, error", [
-    (b"\x00\x01" + b"\x00" * 40, "version 1"),
+    (b"\x00\x02" + b"\x00" * 40, "version 2"),
     (b"\x00\x00" + struct.pack(">qhib", 1, 0, 1, 9) + b"\xff" * 4 + b"\x00" * 16, "state 9"),
 ])
 def test_unknown_versions_and_states_are_rejected(data, error):

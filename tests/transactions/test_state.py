@@ -14,12 +14,14 @@ from broker.transactions.state import (
 
 S = TxnState
 
-# Kafka's TransactionState.validPreviousStates (transaction version 1 moves only).
+# Kafka's TransactionState.validPreviousStates, with transactions v2's aborts
+# from Empty/Complete* (an abort with no partition added still bumps the epoch).
 KAFKA_PREVIOUS = {
     S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.PREPARE_COMMIT: {S.ONGOING},
-    S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+    S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT,
+                      S.COMPLETE_ABORT},
     S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},
     S.COMPLETE_ABORT: {S.PREPARE_ABORT},
     S.DEAD: {S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT},
