@@ -40,7 +40,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-import trio
 
 from config.topic import LogConfig
 from protocol import records
@@ -260,25 +259,9 @@ class Log:
         return self.producer_upkeep.snapshot_for(seg)
 
     async def producer_snapshot_ready(self, seg: LogSegment) -> str | None:
-        """``producer_snapshot_for``, made again if it is gone (a tiered segment
-        must carry one: a follower rebuilt from the tier starts from it). The
-        batches are replayed in a worker thread. None for the active segment,
-        or if the segment went while it was being replayed."""
-        path = self.producer_upkeep.snapshot_for(seg)
-        if path is not None:
-            return path
-        plan = self.producer_upkeep.replay_for(seg)
-        if plan is None:
-            return None
-        try:
-            entries = await trio.to_thread.run_sync(plan.run)
-        except OSError as exc:
-            log.warning("producer snapshot could not be made again", topic=self.topic,
-                        partition=self.partition, offset=plan.offset, error=str(exc))
-            return None
-        log.info("producer snapshot made again for a closed segment", topic=self.topic,
-                 partition=self.partition, offset=plan.offset, replayed_from=plan.start)
-        return self.producer_upkeep.save(plan.offset, entries)
+        """``producer_snapshot_for``, made again if it is gone
+        (``ProducerUpkeep.snapshot_ready``)."""
+        return await self.producer_upkeep.snapshot_ready(seg)
 
     def collect_aborted(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), for a read_committed

@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass
 
 import structlog
+import trio
 
 from protocol import records
 from protocol.control import EndTxnMarker, read_marker
@@ -166,6 +167,27 @@ class ProducerUpkeep:
                     if segments[n + 1].base_offset > start]
         return SnapshotReplay(self.local.topic, self.local.partition, offset, start, entries,
                               covering)
+
+    async def snapshot_ready(self, seg: LogSegment) -> str | None:
+        """``snapshot_for``, made again if it is gone (a tiered segment must
+        carry one: a follower rebuilt from the tier starts from it). The
+        batches are replayed in a worker thread. None for the active segment,
+        or if the segment went while it was being replayed."""
+        path = self.snapshot_for(seg)
+        if path is not None:
+            return path
+        plan = self.replay_for(seg)
+        if plan is None:
+            return None
+        try:
+            entries = await trio.to_thread.run_sync(plan.run)
+        except OSError as exc:
+            log.warning("producer snapshot could not be made again", topic=plan.topic,
+                        partition=plan.partition, offset=plan.offset, error=str(exc))
+            return None
+        log.info("producer snapshot made again for a closed segment", topic=plan.topic,
+                 partition=plan.partition, offset=plan.offset, replayed_from=plan.start)
+        return self.save(plan.offset, entries)
 
     def save(self, offset: int, entries: list[SnapshotEntry]) -> str:
         """Write the snapshot at ``offset``; returns its path."""
