@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
+import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -143,3 +145,30 @@ def test_arbitrary_bytes_decode_or_raise_otlp_error(data: bytes) -> None:
         decode_metrics_data(data)
     except OtlpError:
         pass
+
+
+# A real push: the metrics of a Java 4.3 consumer (client.id "capture", group
+# "g1", subscribed to org.apache.kafka.consumer.*, cumulative temporality),
+# zstd-compressed as the client sent them, captured by a TCP proxy between
+# the client and tierd.
+JAVA_PUSH = Path(__file__).parent / "data" / "java_consumer_push.otlp.zst"
+
+
+def test_decodes_a_real_java_client_push() -> None:
+    raw = zstandard.ZstdDecompressor().decompress(JAVA_PUSH.read_bytes(),
+                                                  max_output_size=1 << 20)
+    got = decode_metrics_data(raw)
+    assert got.resource == (("group_id", "g1"),)
+    assert len(got.points) == 112
+    assert {p.kind for p in got.points} == {"gauge", "sum"}
+    assert all(p.name.startswith("org.apache.kafka.consumer.") for p in got.points)
+    by_name = {(p.name, p.attributes): p for p in got.points}
+    created = by_name[("org.apache.kafka.consumer.connection.creation.total", ())]
+    assert (created.kind, created.value) == ("sum", 2.0)
+    assert ("org.apache.kafka.consumer.fetch.manager.records.consumed.total", ()) in by_name
+    # Cut short at many places: every prefix decodes or is refused.
+    for end in range(0, len(raw), 97):
+        try:
+            decode_metrics_data(raw[:end])
+        except OtlpError:
+            pass
