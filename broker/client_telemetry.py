@@ -29,15 +29,18 @@ scrapes (prometheus_client's HTTP thread) read only that copy.
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import crc32c
+import lz4.frame
 import trio
-from kafka import codec
+import zstandard
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -53,12 +56,43 @@ INSTANCE_EXPIRY_MS = 60_000
 # Most client series on the endpoint (Prometheus cardinality), over every instance.
 MAX_EXPORTED_SERIES = 10_000
 
+# Largest decompressed push: a client's whole metric set is tens of KB; a
+# small compressed payload must not expand into gigabytes (refused INVALID_RECORD).
+MAX_DECOMPRESSED_BYTES = 16 * 1024 * 1024
+
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-# What the broker decompresses; offered to clients in Kafka's order of preference.
-ACCEPTED_COMPRESSION = (ZSTD, LZ4, GZIP, SNAPPY)
-_DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {
-    NONE: bytes, GZIP: codec.gzip_decode, SNAPPY: codec.snappy_decode,
-    LZ4: codec.lz4_decode, ZSTD: codec.zstd_decode}
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=31)
+    out = inflater.decompress(data, limit)
+    if not inflater.eof:
+        raise OtlpError("gzip data truncated or larger than allowed")
+    return out
+
+
+def _unlz4(data: bytes, limit: int) -> bytes:
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out = inflater.decompress(data, max_length=limit)
+    if not inflater.eof:
+        raise OtlpError("lz4 data truncated or larger than allowed")
+    return bytes(out)
+
+
+def _unzstd(data: bytes, limit: int) -> bytes:
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+        out = reader.read(limit + 1)
+    if len(out) > limit:
+        raise OtlpError("zstd data larger than allowed")
+    return bytes(out)
+
+
+# What the broker decompresses, with a bound on the output; offered to clients
+# in Kafka's order of preference. Snappy (xerial framing) is not offered: its
+# decoder here cannot bound what it produces.
+_DECOMPRESS: dict[int, Callable[[bytes, int], bytes]] = {
+    NONE: lambda data, _limit: data, GZIP: _gunzip, LZ4: _unlz4, ZSTD: _unzstd}
+ACCEPTED_COMPRESSION = (ZSTD, LZ4, GZIP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +276,9 @@ def decode_push(compression: int, data: bytes) -> MetricsPayload:
         OtlpError: undecompressable or malformed payload.
     """
     try:
-        raw = _DECOMPRESS[compression](data)
+        raw = _DECOMPRESS[compression](data, MAX_DECOMPRESSED_BYTES)
+    except OtlpError:
+        raise
     except Exception as exc:  # each codec's library raises its own error types
         raise OtlpError(f"cannot decompress: {exc}") from exc
     return decode_metrics_data(raw)

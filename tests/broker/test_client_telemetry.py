@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import uuid
 
+import lz4.frame
+import pytest
 import zstandard
 from prometheus_client import CollectorRegistry
 
@@ -167,14 +169,29 @@ def test_instance_cap_forgets_the_least_recently_seen(monkeypatch) -> None:
     assert t.instance(a) is not None and t.instance(c) is not None
 
 
-def test_decode_push_decompresses() -> None:
+def test_decode_push_decompresses_within_a_bound(monkeypatch) -> None:
     raw = bytes.fromhex("0a00")  # one empty ResourceMetrics
     assert decode_push(ct.NONE, raw).points == ()
     assert decode_push(ct.GZIP, gzip.compress(raw)).points == ()
+    assert decode_push(ct.LZ4, lz4.frame.compress(raw)).points == ()
     assert decode_push(ct.ZSTD, zstandard.ZstdCompressor().compress(raw)).points == ()
-    for codec in (ct.GZIP, ct.SNAPPY, ct.LZ4, ct.ZSTD):
-        try:
+    for codec in (ct.GZIP, ct.LZ4, ct.ZSTD):
+        with pytest.raises(OtlpError):
             decode_push(codec, b"not compressed")
-        except OtlpError:
-            continue
-        raise AssertionError(f"codec {codec} accepted garbage")
+    # A small payload expanding beyond the bound is refused, whatever the codec.
+    monkeypatch.setattr(ct, "MAX_DECOMPRESSED_BYTES", 1000)
+    bomb = b"\x0a\x00" * 1000
+    for codec, packed in ((ct.GZIP, gzip.compress(bomb)), (ct.LZ4, lz4.frame.compress(bomb)),
+                          (ct.ZSTD, zstandard.ZstdCompressor().compress(bomb))):
+        assert len(packed) < 200
+        with pytest.raises(OtlpError):
+            decode_push(codec, packed)
+    assert len(decode_push(ct.GZIP, gzip.compress(bomb[:1000])).points) == 0
+
+
+def test_snappy_is_not_offered_nor_taken() -> None:
+    """Snappy's decoder cannot bound its output: not offered, and a push using it is refused."""
+    assert ct.SNAPPY not in ct.ACCEPTED_COMPRESSION
+    t, _ = telemetry()
+    inst, sub = subscribe(t)
+    assert push(t, inst, sub, compression=ct.SNAPPY) == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
