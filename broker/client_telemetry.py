@@ -13,8 +13,11 @@ configuration answers a push UNKNOWN_SUBSCRIPTION_ID and the client asks
 again. The timing rules are Kafka's ``ClientMetricsManager``'s: a
 subscription request or a push earlier than one interval after the last is
 THROTTLING_QUOTA_EXCEEDED, except the first push after a subscription
-request and a terminating push; after a terminating push the instance takes
-no more pushes (INVALID_REQUEST).
+request, a terminating push, and a subscription request right after a push
+answered UNKNOWN_SUBSCRIPTION_ID or UNSUPPORTED_COMPRESSION_TYPE (Kafka means
+to exempt those; its check as written does not); after a terminating push
+the instance takes no more pushes (INVALID_REQUEST). A dynamic change of the
+two keys gives every instance a new subscription id and a fresh start.
 
 Memory is bounded: at most ``MAX_CLIENT_INSTANCES`` instances (the least
 recently seen is forgotten), an instance is forgotten after
@@ -93,6 +96,11 @@ def _unzstd(data: bytes, limit: int) -> bytes:
 _DECOMPRESS: dict[int, Callable[[bytes, int], bytes]] = {
     NONE: lambda data, _limit: data, GZIP: _gunzip, LZ4: _unlz4, ZSTD: _unzstd}
 ACCEPTED_COMPRESSION = (ZSTD, LZ4, GZIP)
+# Push errors after which a subscription request is not throttled: the client
+# must learn the new subscription (or codecs) to push at all. Kafka's
+# ClientMetricsManager means to exempt these too.
+_REFETCH_AT_ONCE = frozenset({ErrorCode.UNKNOWN_SUBSCRIPTION_ID,
+                              ErrorCode.UNSUPPORTED_COMPRESSION_TYPE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,9 @@ class ClientInstance:
     last_get_ms: float = -1.0
     last_push_ms: float = -1.0
     terminating: bool = False
+    # The last push's answer: after UNKNOWN_SUBSCRIPTION_ID or
+    # UNSUPPORTED_COMPRESSION_TYPE the client may ask for the subscription at once.
+    last_error: ErrorCode = ErrorCode.NONE
     last_seen_ms: float = 0.0
     series: tuple[tuple[tuple[str, ...], float], ...] = ()
 
@@ -162,6 +173,17 @@ class ClientTelemetry:
     def expiry_ms(self) -> float:
         return max(INSTANCE_EXPIRY_MS, 3 * self.subscription.interval_ms)
 
+    def set_subscription(self, subscription: Subscription) -> None:
+        """A new configuration: every instance gets the new subscription id
+        (its next push is answered UNKNOWN_SUBSCRIPTION_ID) and, as Kafka
+        re-creates it, may ask for the subscription again at once."""
+        if subscription == self.subscription:
+            return
+        self.subscription = subscription
+        for inst in self._instances.values():
+            inst.subscription_id = subscription.subscription_id(inst.instance_id)
+            inst.last_get_ms = inst.last_push_ms = -1.0
+
     def instance(self, instance_id: uuid.UUID) -> ClientInstance | None:
         return self._instances.get(instance_id)
 
@@ -177,39 +199,46 @@ class ClientTelemetry:
                 instance_id = uuid.uuid4()
         inst = self._touch(instance_id, client_id, now)
         last = max(inst.last_get_ms, inst.last_push_ms)
-        if last >= 0 and now - last < self.subscription.interval_ms:
+        if (last >= 0 and now - last < self.subscription.interval_ms
+                and inst.last_error not in _REFETCH_AT_ONCE):
             return SubscriptionAnswer(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
         inst.last_get_ms = now
+        inst.last_error = ErrorCode.NONE
         return SubscriptionAnswer(ErrorCode.NONE, instance_id, inst.subscription_id,
                                   self.subscription.requested_metrics())
 
     def check_push(self, instance_id: uuid.UUID | None, client_id: str, subscription_id: int,
                    terminating: bool, compression: int, size: int) -> ErrorCode:
-        """PushTelemetry's checks, in Kafka's order; the push's terminating flag
-        is remembered whatever the outcome."""
+        """PushTelemetry's checks, in Kafka's order; a terminating flag is
+        remembered whatever the outcome."""
         if instance_id is None:
             return ErrorCode.INVALID_REQUEST
         now = self._clock()
         self.expire(now)
         inst = self._touch(instance_id, client_id, now)
-        try:
-            if inst.terminating:
-                return ErrorCode.INVALID_REQUEST
-            # The first push after a subscription request may come at once.
-            on_time = (inst.last_get_ms > inst.last_push_ms or inst.last_push_ms < 0
-                       or now - inst.last_push_ms >= self.subscription.interval_ms)
-            if not on_time and not terminating:
-                return ErrorCode.THROTTLING_QUOTA_EXCEEDED
-            inst.last_push_ms = now
-            if subscription_id != inst.subscription_id:
-                return ErrorCode.UNKNOWN_SUBSCRIPTION_ID
-            if compression not in _DECOMPRESS:
-                return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-            if size > self.max_bytes:
-                return ErrorCode.TELEMETRY_TOO_LARGE
-            return ErrorCode.NONE
-        finally:
-            inst.terminating = terminating
+        error = self._push_error(inst, now, subscription_id, terminating, compression, size)
+        inst.last_error = error
+        # Once terminating, always (Kafka takes each push's flag, even refused).
+        inst.terminating = inst.terminating or terminating
+        return error
+
+    def _push_error(self, inst: ClientInstance, now: float, subscription_id: int,
+                    terminating: bool, compression: int, size: int) -> ErrorCode:
+        if inst.terminating:
+            return ErrorCode.INVALID_REQUEST
+        # The first push after a subscription request may come at once.
+        on_time = (inst.last_get_ms > inst.last_push_ms or inst.last_push_ms < 0
+                   or now - inst.last_push_ms >= self.subscription.interval_ms)
+        if not on_time and not terminating:
+            return ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        inst.last_push_ms = now
+        if subscription_id != inst.subscription_id:
+            return ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+        if compression not in _DECOMPRESS:
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        if size > self.max_bytes:
+            return ErrorCode.TELEMETRY_TOO_LARGE
+        return ErrorCode.NONE
 
     def record(self, instance_id: uuid.UUID, payload: MetricsPayload) -> None:
         """Keep ``payload``'s points as the instance's latest values (replacing

@@ -55,27 +55,37 @@ def produce(broker: TierdProc, topic: str, client_id: str, count: int) -> None:
                   "--count", str(count), "--size", "100", "--prop", f"client.id={client_id}"])
 
 
+def java_member(broker: TierdProc, topic: str, client_id: str, workdir: Path
+                ) -> subprocess.Popen[bytes]:
+    """A Java consumer group member polling ``topic`` until its stdin is closed."""
+    with open(workdir / "member.err", "wb") as err:
+        return subprocess.Popen(
+            javatool.command(["group-member", "--bootstrap", broker.bootstrap, "--topic", topic,
+                              "--group", f"g-{client_id}", "--prop", f"client.id={client_id}",
+                              "--prop", "auto.offset.reset=earliest"]),
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def stop(member: subprocess.Popen[bytes]) -> None:
+    assert member.stdin is not None
+    member.stdin.close()
+    member.wait(60)
+
+
 def test_java_consumer_metrics_exported(request: pytest.FixtureRequest, tmp_path: Path,
                                         topic: str) -> None:
     broker = start_tierd(request, tmp_path, SUBSCRIBED)
     produce(broker, topic, f"producer-{uuid.uuid4().hex[:8]}", 25)
     client_id = f"telemetry-{uuid.uuid4().hex[:8]}"
     consumed = f"{CONSUMER_PREFIX}fetch.manager.records.consumed.total{{}}"
-    with open(tmp_path / "member.err", "wb") as err:
-        member = subprocess.Popen(
-            javatool.command(["group-member", "--bootstrap", broker.bootstrap, "--topic", topic,
-                              "--group", f"g-{client_id}", "--prop", f"client.id={client_id}",
-                              "--prop", "auto.offset.reset=earliest"]),
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+    member = java_member(broker, topic, client_id, tmp_path)
     try:
         # Cumulative values (the broker asks for DeltaTemporality false):
         # the client-level total reaches what was produced.
         series = wait_for(lambda: (s := client_series(broker, client_id)).get(consumed) == 25
                           and s, 60, "the consumer's pushed records-consumed total")
     finally:
-        assert member.stdin is not None
-        member.stdin.close()
-        member.wait(60)
+        stop(member)
     assert all(name.startswith(CONSUMER_PREFIX) for name in series), sorted(series)
     assert series[f"{CONSUMER_PREFIX}fetch.manager.records.consumed.total{{topic={topic}}}"] == 25
     snap = scrape(broker.metrics_url)
@@ -84,6 +94,28 @@ def test_java_consumer_metrics_exported(request: pytest.FixtureRequest, tmp_path
     assert len(instances) == 1
     assert uuid.UUID(instances.pop()).int != 0
     assert snap.total("tierd_requests_total", api="PushTelemetry") >= 1
+
+
+def test_subscription_set_on_a_running_broker_reaches_a_running_client(
+        request: pytest.FixtureRequest, tmp_path: Path, topic: str) -> None:
+    """No subscription at start: the Java client asks again every interval and
+    starts pushing once ``tierd.client.metrics.names`` is set dynamically."""
+    broker = start_tierd(request, tmp_path, {"tierd.client.metrics.interval.ms": "1000"})
+    produce(broker, topic, f"producer-{uuid.uuid4().hex[:8]}", 3)
+    client_id = f"late-{uuid.uuid4().hex[:8]}"
+    member = java_member(broker, topic, client_id, tmp_path)
+    try:
+        wait_for(lambda: scrape(broker.metrics_url).total(
+            "tierd_requests_total", api="GetTelemetrySubscriptions") >= 2, 60,
+            "the client asking for a subscription again")
+        assert client_series(broker, client_id) == {}
+        javatool.run(["admin", "--bootstrap", broker.bootstrap, "broker-configs-alter",
+                      "--default", "--set", f"tierd.client.metrics.names={CONSUMER_PREFIX}"])
+        series = wait_for(lambda: client_series(broker, client_id), 60,
+                          "the consumer's metrics after the subscription was set")
+        assert all(name.startswith(CONSUMER_PREFIX) for name in series), sorted(series)
+    finally:
+        stop(member)
 
 
 def test_librdkafka_producer_metrics_exported(request: pytest.FixtureRequest, tmp_path: Path,

@@ -195,3 +195,35 @@ def test_snappy_is_not_offered_nor_taken() -> None:
     t, _ = telemetry()
     inst, sub = subscribe(t)
     assert push(t, inst, sub, compression=ct.SNAPPY) == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+def test_a_new_subscription_changes_ids_and_lets_clients_ask_at_once() -> None:
+    t, clock = telemetry()
+    inst, sub = subscribe(t)
+    assert push(t, inst, sub) == ErrorCode.NONE
+    changed = Subscription(("org.apache.kafka.consumer.",), INTERVAL)
+    t.set_subscription(changed)
+    assert push(t, inst, sub) == ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+    clock.now += 1
+    answer = t.get_subscription(inst, "c")  # not throttled: the instance starts afresh
+    assert answer.error == ErrorCode.NONE
+    assert answer.subscription_id == changed.subscription_id(inst) != sub
+    assert answer.requested == ["org.apache.kafka.consumer."]
+    clock.now += 1
+    assert push(t, inst, answer.subscription_id) == ErrorCode.NONE
+
+
+def test_refused_codec_lets_the_client_ask_again_at_once() -> None:
+    t, _ = telemetry()
+    inst, sub = subscribe(t)
+    assert push(t, inst, sub, compression=ct.SNAPPY) == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert t.get_subscription(inst, "c").error == ErrorCode.NONE
+
+
+def test_terminated_instance_stays_terminated() -> None:
+    t, clock = telemetry()
+    inst, sub = subscribe(t)
+    assert push(t, inst, sub, terminating=True) == ErrorCode.NONE
+    for _ in range(2):
+        clock.now += INTERVAL
+        assert push(t, inst, sub) == ErrorCode.INVALID_REQUEST
