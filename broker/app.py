@@ -20,6 +20,7 @@ import structlog
 import trio
 
 from broker import dynamic_apply, gc_freeze, loop_monitor
+from broker.client_telemetry import ClientTelemetry, subscription_from_config
 from broker.context import BrokerContext
 from broker.coordinator import GroupCoordinator
 from broker.dynamic_config import (
@@ -130,6 +131,10 @@ async def run(config: BrokerConfig) -> None:
     ctx.quotas = (ZkQuotaStore(ctx.cluster.zk, client_quotas) if ctx.cluster is not None
                   else LocalQuotaStore(config.log_dir, client_quotas))
     ctx.acls = await build_acl_store(config, ctx.cluster)
+    ctx.client_telemetry = client_telemetry = ClientTelemetry(
+        subscription_from_config(config["tierd.client.metrics.names"],
+                                 config["tierd.client.metrics.interval.ms"]),
+        config["telemetry.max.bytes"], ctx.metrics.registry)
     limits = ConnectionLimits(config)
     securities = [build_listener_security(config, listener, ctx.metrics, ctx.credentials,
                                           limits)
@@ -153,6 +158,7 @@ async def run(config: BrokerConfig) -> None:
                 nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)
             nursery.start_soon(ctx.metrics.run_log_sizes)
+            nursery.start_soon(client_telemetry.run)
             if tiering is not None and ctx.cluster is None:
                 await nursery.start(tiering.run)
             if ctx.groups is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker.client_telemetry import ClientTelemetry
 from broker.coordinator import GroupCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.metrics import BrokerMetrics
@@ -45,6 +46,8 @@ class BrokerContext:
     acls: AclStore | None = None
     # Dynamic broker configs (kafka-configs --entity-type brokers); None: static only.
     dynamic: DynamicBrokerConfigs | None = None
+    # KIP-714 client metrics; None: the telemetry requests are answered UNSUPPORTED_VERSION.
+    client_telemetry: ClientTelemetry | None = None
     # Each topic's part of a Metadata response, encoded (kept between requests).
     topic_encodings: TopicEncodings = field(default_factory=TopicEncodings)
 

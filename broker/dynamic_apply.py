@@ -11,6 +11,8 @@ could leave that part unusable).
   against the new limits.
 - TLS listeners' keystores and truststores: new connections use the new files.
 - KIP-956 remote quotas: the copier and remote reads see the new rate at once.
+- KIP-714 client metrics (``tierd.client.metrics.*``): a new subscription,
+  with new subscription ids, that clients learn at their next push.
 
 Concurrency: appliers run on the event loop and do not await; rebuilding log
 configs walks the hosted partitions once per change (an operator action).
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from broker.client_telemetry import subscription_from_config
 from broker.context import BrokerContext
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.security import ListenerSecurity
@@ -29,6 +32,7 @@ from broker.security.tls import TlsSettings, build_server_context
 from config import BrokerConfig, ConfigError, TopicConfigs
 from config.dynamic import (
     CLEANER_KEYS,
+    CLIENT_METRICS_KEYS,
     CONNECTION_KEYS,
     LISTENER_PREFIX,
     LOG_KEYS,
@@ -75,6 +79,13 @@ def install(dynamic: DynamicBrokerConfigs, ctx: BrokerContext,
                 limits.reconfigure(config)
 
         dynamic.on_change(connections)
+
+    def client_metrics(changed: set[str]) -> None:
+        if changed & CLIENT_METRICS_KEYS and ctx.client_telemetry is not None:
+            ctx.client_telemetry.set_subscription(subscription_from_config(
+                config["tierd.client.metrics.names"], config["tierd.client.metrics.interval.ms"]))
+
+    dynamic.on_change(client_metrics)
 
     for security in securities:
         if security.tls is not None:

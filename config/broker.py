@@ -243,6 +243,15 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("tierd.metrics.port", T.INT, 9404, "Prometheus port (0 = any, -1 = off).",
               at_least=-1, at_most=65535),
     ConfigDef("tierd.metrics.host", T.STRING, "127.0.0.1", "Prometheus bind address."),
+    ConfigDef("tierd.client.metrics.names", T.LIST, [], "KIP-714 client metrics: the metric "
+              "name prefixes every client is asked to push (GetTelemetrySubscriptions), "
+              "exported as tierd_client_metric; * = every metric; empty = none (clients "
+              "push nothing)."),
+    ConfigDef("tierd.client.metrics.interval.ms", T.INT, 30000, "How often clients push "
+              "the subscribed metrics (KIP-714 PushIntervalMs).", at_least=100,
+              at_most=3600000),
+    ConfigDef("telemetry.max.bytes", T.INT, 1048576, "Largest metrics payload of a "
+              "PushTelemetry request (KIP-714).", at_least=1),
     ConfigDef("tierd.log.format", T.STRING, "console", "Log output.", choices=("console", "json")),
     ConfigDef("tierd.event.loop.stall.ms", T.INT, 25, "An event-loop task step longer than "
               "this counts as a stall (metric tierd_event_loop_stalls, a warning naming the "

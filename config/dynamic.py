@@ -64,7 +64,10 @@ CONNECTION_KEYS = frozenset({
 REMOTE_QUOTA_KEYS = frozenset({
     "remote.log.manager.copy.max.bytes.per.second",
     "remote.log.manager.fetch.max.bytes.per.second"})
-LIVE = LOG_KEYS | CLEANER_KEYS | CONNECTION_KEYS | REMOTE_QUOTA_KEYS
+# KIP-714 client metrics subscription (tierd's stand-in for CLIENT_METRICS resources).
+CLIENT_METRICS_KEYS = frozenset({"tierd.client.metrics.names",
+                                 "tierd.client.metrics.interval.ms"})
+LIVE = LOG_KEYS | CLEANER_KEYS | CONNECTION_KEYS | REMOTE_QUOTA_KEYS | CLIENT_METRICS_KEYS
 
 # Keystore and truststore files: new TLS connections of the listener use them.
 SSL_FILE_KEYS = frozenset({

@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
 
-from protocol import broker_apis, consumer_group_apis, tierd_apis
+from protocol import broker_apis, consumer_group_apis, telemetry_apis, tierd_apis
 
 _HDR = struct.Struct(">hhih")
 _RESP_HDR = struct.Struct(">ii")
@@ -119,6 +119,10 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.DeleteAclsRequest, admin.DeleteAclsResponse, 0, 3),
         _spec(admin.DescribeClientQuotasRequest, admin.DescribeClientQuotasResponse, 0, 1),
         _spec(admin.AlterClientQuotasRequest, admin.AlterClientQuotasResponse, 0, 1),
+        # KIP-714 client metrics (broker/handlers/telemetry.py).
+        _spec(telemetry_apis.GetTelemetrySubscriptionsRequest,
+              telemetry_apis.GetTelemetrySubscriptionsResponse, 0, 0),
+        _spec(telemetry_apis.PushTelemetryRequest, telemetry_apis.PushTelemetryResponse, 0, 0),
         # tierd's own: where each partition's data lives (broker/handlers/tiering.py).
         _spec(tierd_apis.DescribeTieringRequest, tierd_apis.DescribeTieringResponse, 0, 1),
     )

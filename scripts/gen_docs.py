@@ -90,7 +90,7 @@ replica.fetch.wait.max.ms replica.fetch.min.bytes replica.fetch.backoff.ms
 replica.socket.timeout.ms controller.socket.timeout.ms controlled.shutdown.enable
 controlled.shutdown.max.retries controlled.shutdown.retry.backoff.ms
 auto.leader.rebalance.enable leader.imbalance.check.interval.seconds
-leader.imbalance.per.broker.percentage
+leader.imbalance.per.broker.percentage telemetry.max.bytes
 remote.log.storage.system.enable remote.log.storage.manager.class.name
 remote.log.metadata.manager.class.name remote.log.manager.copier.thread.pool.size
 remote.log.manager.expiration.thread.pool.size remote.log.manager.task.interval.ms
@@ -402,6 +402,10 @@ METRIC_NOTES: dict[str, str] = {
     "tierd_protocol_errors": "`reason` is e.g. `invalid_request`, `handler_error` (a "
                              "request failed inside the broker; see its log).",
     "tierd_log_size_bytes": "Local bytes only; the remote part is RemoteLogSizeBytes.",
+    "tierd_client_metric": "Set tierd.client.metrics.names to subscribe clients. At most "
+                           "10000 series over all clients (the rest are counted in "
+                           "tierd_client_metrics_dropped_points); a client instance's series "
+                           "disappear 3 push intervals (at least 60 s) after its last request.",
     "RemoteCopyLagBytes": "Grows while copies fail; local retention cannot free these bytes.",
     "RemoteCopyLagSegments": "Grows while copies fail; local retention cannot free these "
                              "segments.",
@@ -466,6 +470,7 @@ def exported_metrics() -> list[MetricRow]:
     """
     from prometheus_client import CollectorRegistry
 
+    from broker.client_telemetry import ClientTelemetry, Subscription
     from broker.gc_freeze import GcFreezer
     from broker.loop_monitor import LoopMonitor
     from broker.metrics import BrokerMetrics
@@ -484,6 +489,7 @@ def exported_metrics() -> list[MetricRow]:
     broker.add_log_sizes(lambda: [("topic", 0, 0)])
     LoopMonitor(0.025, broker.registry).stalls.labels("task")
     GcFreezer(broker.registry)
+    ClientTelemetry(Subscription((), 30000), 1, broker.registry)
     _touch_labelled(broker)
     from config import BrokerConfig
     from storage.log.cleaner import LogCleaner

@@ -33,6 +33,7 @@ from broker.handlers import (
     produce,
     reassignments,
     security,
+    telemetry,
     tiering,
     topic_partitions,
     transactions,
@@ -47,5 +48,5 @@ for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epo
                 admin_topics, admin_configs, cluster, init_producer_id, groups,
                 consumer_groups, offsets,
                 transactions, txn_admin, inter_broker, reassignments, tiering, security, acls,
-                topic_partitions, elect_leaders):
+                topic_partitions, elect_leaders, telemetry):
     HANDLERS.update(_module.HANDLERS)

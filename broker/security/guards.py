@@ -318,6 +318,9 @@ GUARDS: dict[int, Guard] = {
     68: gg.consumer_group_heartbeat,
     69: gg.consumer_group_describe,
     75: tg.describe_topic_partitions,
+    # KIP-714 client telemetry: Kafka checks no ACL (any authenticated client).
+    71: open_to_all,  # GetTelemetrySubscriptions
+    72: open_to_all,  # PushTelemetry
     tg.DESCRIBE_TIERING_KEY: tg.describe_tiering,
     # WriteTxnMarkers and the KIP-664 transaction tooling.
     **txn_guards.GUARDS,
