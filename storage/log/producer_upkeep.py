@@ -29,6 +29,7 @@ Concurrency: event loop only, like the log that owns it.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import structlog
@@ -40,7 +41,7 @@ from protocol.errors import KafkaApiError
 from storage.log.local_log import LocalLog
 from storage.log.producer_snapshot import CorruptSnapshot, SnapshotEntry, SnapshotFiles
 from storage.log.producer_state import ProducerStateManager
-from storage.log.segment import LogSegment
+from storage.log.segment import BatchPosition, LogSegment
 from storage.log.txn_index import AbortedTxn
 
 log = structlog.get_logger(__name__)
@@ -90,14 +91,8 @@ class ProducerUpkeep:
 
     def _replay(self, start: int) -> None:
         """Feed the producer state every batch header from ``start`` (a batch boundary)."""
-        for seg, batch in self.local.batches_from(start):
-            head = seg.read_batch_bytes_header(batch)
-            if head.producer_id < 0:
-                continue
-            markers = None
-            if head.is_control:
-                data = seg.read_batch_bytes(batch)
-                markers = self.markers(data, [records.parse_header(data, 0)])
+        for seg, head, markers in _producer_batches(self.local.batches_from(start),
+                                                    self.local.topic, self.local.partition):
             self.update(seg, [head], markers)
 
     def markers(self, data: bytes | bytearray, headers: list[records.BatchHeader]
@@ -230,23 +225,36 @@ class SnapshotReplay:
     def run(self) -> list[SnapshotEntry]:
         state = ProducerStateManager()
         state.load_snapshot(self.entries)
+        for _, head, markers in _producer_batches(self._batches(), self.topic, self.partition):
+            state.update([head], markers)
+        return state.snapshot_entries()
+
+    def _batches(self) -> Iterator[tuple[LogSegment, BatchPosition]]:
+        """The batches of ``segments`` from ``start`` up to ``offset``."""
         for seg in self.segments:
             position = seg.index.lookup(self.start)[1] if seg.base_offset <= self.start else 0
             for batch in seg.iter_batches(position):
-                if batch.base_offset < self.start:
-                    continue
                 if batch.base_offset >= self.offset:
-                    return state.snapshot_entries()
-                head = seg.read_batch_bytes_header(batch)
-                if head.producer_id < 0:
-                    continue
-                markers = None
-                if head.is_control:
-                    data = seg.read_batch_bytes(batch)
-                    markers = _markers(data, [records.parse_header(data, 0)], self.topic,
-                                       self.partition)
-                state.update([head], markers)
-        return state.snapshot_entries()
+                    return
+                if batch.base_offset >= self.start:
+                    yield seg, batch
+
+
+def _producer_batches(batches: Iterable[tuple[LogSegment, BatchPosition]], topic: str,
+                      partition: int
+                      ) -> Iterator[tuple[LogSegment, records.BatchHeader,
+                                          list[EndTxnMarker | None] | None]]:
+    """The batches of producers (with their transaction markers, for control
+    batches): what rebuilding producer state reads."""
+    for seg, batch in batches:
+        head = seg.read_batch_bytes_header(batch)
+        if head.producer_id < 0:
+            continue
+        markers = None
+        if head.is_control:
+            data = seg.read_batch_bytes(batch)
+            markers = _markers(data, [records.parse_header(data, 0)], topic, partition)
+        yield seg, head, markers
 
 
 def _markers(data: bytes | bytearray, headers: list[records.BatchHeader], topic: str,
