@@ -20,6 +20,7 @@ Concurrency: not thread-safe; one test thread drives each object.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -167,12 +168,14 @@ class FsTier(RemoteTier):
         if not self.root.exists():
             return []
         names = []
-        for path in self.root.rglob("*"):
-            if not path.is_file():
-                continue
-            rel = path.relative_to(self.root).as_posix()
-            if topic is None or _is_fs_dir_of(rel.split("/", 1)[0], topic):
-                names.append(rel)
+        # os.walk, not rglob: the broker removes a deleted topic's directories
+        # while this lists them, and os.walk passes over one that went
+        # (rglob raised FileNotFoundError for it).
+        for directory, _dirs, files in os.walk(self.root):
+            for name in files:
+                rel = (Path(directory) / name).relative_to(self.root).as_posix()
+                if topic is None or _is_fs_dir_of(rel.split("/", 1)[0], topic):
+                    names.append(rel)
         return sorted(names)
 
     def topic_dirs(self, topic: str) -> list[Path]:
