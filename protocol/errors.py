@@ -123,6 +123,15 @@ class ErrorCode(enum.IntEnum):
     INVALID_REGULAR_EXPRESSION = 128
 
 
+def error_code(value: int) -> ErrorCode:
+    """A peer's error code as an ErrorCode; one this broker does not know is
+    UNKNOWN_SERVER_ERROR."""
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 class KafkaApiError(Exception):
     """An error answered to the client as a Kafka error code.
 

@@ -35,7 +35,7 @@ from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersRespo
 
 from broker.transactions.state import TxnMetadata
 from protocol import control
-from protocol.errors import ErrorCode, KafkaApiError
+from protocol.errors import ErrorCode, KafkaApiError, error_code
 from protocol.partition import TopicPartition
 from replication.internal_topics import OFFSETS_TOPIC
 from replication.metadata_cache import MetadataCache
@@ -167,15 +167,9 @@ class MarkerWriter:
             for t in m.topics:
                 for p in t.partitions:
                     if (t.name, p.partition_index) in out:
-                        out[(t.name, p.partition_index)] = _code(p.error_code)
+                        out[(t.name, p.partition_index)] = error_code(p.error_code)
         return out
 
     async def close(self) -> None:
         await self._peers.close()
 
-
-def _code(value: int) -> ErrorCode:
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR

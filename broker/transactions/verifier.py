@@ -34,7 +34,7 @@ import structlog
 from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
 from broker.transactions.coordinator import TransactionCoordinator
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, error_code
 from protocol.partition import TopicPartition
 from replication.internal_topics import TRANSACTION_TOPIC
 from replication.metadata_cache import MetadataCache
@@ -130,22 +130,16 @@ class PartitionVerifier:
                      transactional_id=txn_id, error=str(exc))
             return dict.fromkeys(tps, E.NETWORK_EXCEPTION)
         if resp.error_code:
-            return dict.fromkeys(tps, _code(resp.error_code))
+            return dict.fromkeys(tps, error_code(resp.error_code))
         out = dict.fromkeys(tps, E.UNKNOWN_SERVER_ERROR)
         for result in resp.results_by_transaction:
             for topic in result.topic_results:
                 for part in topic.results_by_partition:
                     if (topic.name, part.partition_index) in out:
-                        out[(topic.name, part.partition_index)] = _code(
+                        out[(topic.name, part.partition_index)] = error_code(
                             part.partition_error_code)
         return out
 
     async def close(self) -> None:
         await self._peers.close()
 
-
-def _code(value: int) -> ErrorCode:
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return E.UNKNOWN_SERVER_ERROR
