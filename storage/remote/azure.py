@@ -19,7 +19,8 @@ owns the Azure calls and their error mapping:
 Error mapping (``classify``): BlobNotFound (and other 404s on reads and
 deletes) -> RemoteResourceNotFoundError; ContainerNotFound -> fatal
 RemoteStorageError; 5xx, 408, 429 and transport failures -> retriable; other
-service errors (403, 400, ...) -> fatal.
+service errors (403, 400, ...) -> fatal; a response the SDK cannot parse ->
+retriable.
 """
 
 from __future__ import annotations
@@ -180,6 +181,10 @@ class AzureRemoteStorageManager(ObjectStoreRSM):
                 return RemoteResourceNotFoundError(f"{where}: not found ({code or status})")
             return RemoteStorageError(f"{where} failed: {code or status} {exc.reason or ''}"
                                       .rstrip(), retriable=http_retriable(status))
+        if isinstance(exc, ValueError):
+            # The SDK's word for a response it cannot parse (e.g. a ranged
+            # download answered without Content-Range): the store misbehaved.
+            return RemoteStorageError(f"{where}: malformed response: {exc}", retriable=True)
         if isinstance(exc, aexc.AzureError):
             # validate_content's failure is a bare AzureError: the bytes were
             # altered on the way, the next transfer may be whole.

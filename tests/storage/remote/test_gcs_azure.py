@@ -5,6 +5,10 @@ Azurite) or by pointing the RSM at a closed port."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -233,3 +237,72 @@ def test_secrets_are_never_logged_or_in_errors() -> None:
             GcsRemoteStorageManager({**GCS_BASE, "gcs.credentials.json": secret_json})
     text = repr(logs) + str(info.value)
     assert logs and AZURITE_KEY not in text and "SECRET-PRIVATE-KEY" not in text
+
+
+class _BadServer:
+    """A loopback TCP server that answers every connection with ``reply``
+    (garbage instead of HTTP), or with nothing at all (``reply`` None: a
+    store that hangs), until stopped."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self._reply = reply
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="bad-store")
+        self._thread.start()
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            if self._reply is None:
+                self._held.append(conn)  # read nothing, answer nothing
+                continue
+            conn.settimeout(1.0)
+            with contextlib.suppress(OSError):
+                conn.recv(65536)
+                conn.sendall(self._reply)
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._listener.close()
+        for conn in self._held:
+            conn.close()
+
+
+# A hanging store must fail a call within its read timeout (300 ms here) per
+# attempt; this bound leaves room for a loaded machine, not for a hang.
+HANG_BOUND_S = 10.0
+
+
+@pytest.mark.parametrize("reply", [None, b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\n"
+                                   b"Content-Length: 5\r\n\r\n<xml"])
+def test_hanging_or_garbage_store_is_a_retriable_error(
+        store: str, request: pytest.FixtureRequest, segments: SegmentFactory,
+        reply: bytes | None) -> None:
+    server = _BadServer(reply)
+    settings = {f"{store}.read.timeout.ms": "300", f"{store}.retry.max.attempts": "1"}
+    backend = _make(store, request, server.endpoint_url, **settings)
+    seg = segments.make(1000)
+    try:
+        for call in (lambda: backend.rsm.copy_log_segment_data(seg.metadata, seg.data),
+                     lambda: backend.rsm.fetch_log_segment(seg.metadata, 0),
+                     lambda: backend.rsm.fetch_index(seg.metadata, IndexType.OFFSET)):
+            started = time.monotonic()
+            with pytest.raises(RemoteStorageError) as info:
+                call()
+            assert time.monotonic() - started < HANG_BOUND_S
+            assert info.value.retriable, info.value
+    finally:
+        backend.rsm.close()
+        server.stop()
