@@ -25,6 +25,8 @@ retriable.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -244,6 +246,12 @@ def _service_client(values: Mapping[str, Any], options: dict[str, Any]) -> BlobS
     if account is None and (key is not None or endpoint is None):
         raise ConfigError("rsm.config.azure.account.name", None,
                           "required with azure.account.key, or without azure.endpoint.url")
+    if key is not None:
+        try:
+            base64.b64decode(key, validate=True)
+        except binascii.Error:
+            raise ConfigError("rsm.config.azure.account.key", "(hidden)",
+                              "not a base64 account key") from None
     url = endpoint or f"https://{account}.blob.core.windows.net"
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ConfigError("rsm.config.azure.endpoint.url", url,

@@ -5,7 +5,9 @@ Azurite) or by pointing the RSM at a closed port."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import datetime
 import socket
 import threading
 import time
@@ -13,12 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
+from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
 
 from config.defs import ConfigError
 from storage.remote.azure import AzureRemoteStorageManager
 from storage.remote.gcs import GcsRemoteStorageManager
 from storage.remote.types import IndexType, RemoteResourceNotFoundError, RemoteStorageError
-from system_tests.emulators import AZURITE_KEY, AzuriteBlob, GcsEmulator
+from system_tests.emulators import AZURITE_ACCOUNT, AZURITE_KEY, AzuriteBlob, GcsEmulator
 from system_tests.s3_fixtures import Fault, FaultProxy, free_port
 from tests.storage.remote.conftest import Backend, azure_backend, gcs_backend
 from tests.storage.remote.segments import SegmentFactory
@@ -222,6 +225,7 @@ def test_invalid_gcs_settings(settings: dict[str, str], key: str) -> None:
      "rsm.config.azure.connection.string"),
     ({**AZURE_BASE, "azure.upload.block.size": "1000"}, "rsm.config.azure.upload.block.size"),
     ({**AZURE_BASE, "azure.endpoint.url": "ftp://x"}, "rsm.config.azure.endpoint.url"),
+    ({**AZURE_BASE, "azure.account.key": "not base64!"}, "rsm.config.azure.account.key"),
 ])
 def test_invalid_azure_settings(settings: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -306,3 +310,31 @@ def test_hanging_or_garbage_store_is_a_retriable_error(
     finally:
         backend.rsm.close()
         server.stop()
+
+
+def test_azure_connection_string_and_sas_token_work(azurite: AzuriteBlob, azure_container: str,
+                                                    segments: SegmentFactory) -> None:
+    """Azurite checks shared-key signatures and SAS tokens as Azure does."""
+    sas = generate_account_sas(
+        AZURITE_ACCOUNT, AZURITE_KEY, ResourceTypes(container=True, object=True),
+        AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True),
+        expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
+    connection = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+                  f"AccountKey={AZURITE_KEY};BlobEndpoint={azurite.endpoint_url};")
+    for credentials in ({"azure.connection.string": connection},
+                        {"azure.account.name": AZURITE_ACCOUNT, "azure.sas.token": sas,
+                         "azure.endpoint.url": azurite.endpoint_url}):
+        rsm = AzureRemoteStorageManager({"azure.container.name": azure_container, **credentials})
+        seg = segments.make(1000)
+        rsm.copy_log_segment_data(seg.metadata, seg.data)
+        assert rsm.fetch_log_segment(seg.metadata, 10, 99) == seg.log[10:100]
+        rsm.close()
+    # A wrong key is refused by the store: fatal, not retried, not "not found".
+    other_key = base64.b64encode(b"k" * 64).decode()
+    wrong = AzureRemoteStorageManager(azurite.rsm_settings(
+        azure_container, **{"azure.account.key": other_key}))
+    seg = segments.make(1000)
+    with pytest.raises(RemoteStorageError) as info:
+        wrong.copy_log_segment_data(seg.metadata, seg.data)
+    assert not info.value.retriable and not isinstance(info.value, RemoteResourceNotFoundError)
+    wrong.close()
