@@ -233,8 +233,9 @@ class ObjectStoreRSM:
         expected = metadata.segment_size_in_bytes
         if reply.total != expected:
             reply.body.close()
+            size = "of unknown size" if reply.total is None else f"{reply.total} bytes"
             raise RemoteStorageError(
-                f"{self.store}/{name} is {reply.total} bytes, its metadata says {expected}: "
+                f"{self.store}/{name} is {size}, its metadata says {expected}: "
                 "corrupt or truncated")
         return RangeStream(self, reply.body, name, end - start + 1)
 
