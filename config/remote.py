@@ -18,7 +18,7 @@ BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("remote.log.storage.system.enable", T.BOOLEAN, False,
               "Enable tiered storage on this broker."),
     ConfigDef("remote.log.storage.manager.class.name", T.STRING, "filesystem",
-              "RemoteStorageManager: 'filesystem', 's3' or a dotted path to a class."),
+              "RemoteStorageManager: 'filesystem', 's3', 'gcs', 'azure' or a dotted path to a class."),
     ConfigDef("remote.log.metadata.manager.class.name", T.STRING, "topic-based",
               "RemoteLogMetadataManager: 'topic-based' or a dotted path to a class."),
     ConfigDef("remote.log.manager.copier.thread.pool.size", T.INT, 10,
@@ -36,7 +36,7 @@ BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("tierd.remote.copy.processes", T.INT, -1,
               "Worker processes (niced) that run segment copies, so a store client's CPU "
               "(boto3) never holds the broker's interpreter; 0 = copy in the broker's "
-              "threads; -1 = one for a storage manager whose copies run Python code (S3), "
+              "threads; -1 = one for a storage manager whose copies run Python code (S3, GCS, Azure), "
               "none for the directory one (its copies are file copies).",
               at_least=-1),
     ConfigDef("tierd.remote.audit.interval.ms", T.LONG, 3_600_000,

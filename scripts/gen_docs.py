@@ -117,8 +117,9 @@ rlmm.config.remote.log.metadata.topic.retention.ms
 """.split())
 
 # Keys only tierd has (besides every ``tierd.*`` key). Kafka keeps the cluster
-# id in meta.properties, not in server.properties; the S3 settings belong to
-# tierd's own storage manager.
+# id in meta.properties, not in server.properties; the S3, GCS and Azure
+# settings belong to tierd's own storage managers (the GCS and Azure names are
+# the Aiven plugin's, without its ``storage.`` level).
 TIERD_KEYS = frozenset("""
 cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
@@ -127,6 +128,14 @@ rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connecti
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
 rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
 rsm.config.fetch.prefetch.max.chunks
+rsm.config.gcs.bucket.name rsm.config.gcs.endpoint.url rsm.config.gcs.credentials.default
+rsm.config.gcs.credentials.json rsm.config.gcs.credentials.path
+rsm.config.gcs.resumable.upload.chunk.size rsm.config.gcs.key.prefix
+rsm.config.gcs.retry.max.attempts rsm.config.gcs.connect.timeout.ms rsm.config.gcs.read.timeout.ms
+rsm.config.azure.container.name rsm.config.azure.account.name rsm.config.azure.account.key
+rsm.config.azure.sas.token rsm.config.azure.connection.string rsm.config.azure.endpoint.url
+rsm.config.azure.upload.block.size rsm.config.azure.key.prefix rsm.config.azure.retry.max.attempts
+rsm.config.azure.connect.timeout.ms rsm.config.azure.read.timeout.ms
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -250,7 +259,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import chunk_cache, filesystem, s3
+    from storage.remote import azure, chunk_cache, filesystem, gcs, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -290,6 +299,8 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows = [_row(d, "broker", note="(`filesystem` manager.)")
                 for d in filesystem.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(`s3` manager.)") for d in s3.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(`gcs` manager.)") for d in gcs.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(`azure` manager.)") for d in azure.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(Remote reads, any manager.)")
                  for d in chunk_cache.CONFIG_DEFS]
 
