@@ -85,6 +85,15 @@ def contains(outer: Partitions, inner: Partitions) -> bool:
     return all(ps <= outer.get(t, set()) for t, ps in inner.items())
 
 
+@dataclass(slots=True)
+class ClassicMeta:
+    """What a classic-protocol member inside a consumer group joined with
+    (Kafka's ClassicMemberMetadata): it is served JoinGroup/SyncGroup/Heartbeat."""
+    session_timeout_ms: int
+    # (name, ConsumerProtocol subscription) in the member's order of preference.
+    protocols: list[tuple[str, bytes]]
+
+
 @dataclass(eq=False, slots=True)
 class ConsumerMember:
     member_id: str
@@ -103,6 +112,8 @@ class ConsumerMember:
     # Partitions the member may use now, and those it was asked to give up.
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    # Set for a member of the classic protocol (JoinGroup), None for ConsumerGroupHeartbeat.
+    classic: ClassicMeta | None = None
 
     def move(self, to: MemberState) -> None:
         """Raises:
@@ -218,6 +229,28 @@ class ConsumerGroup:
             topics |= self.regexes.matches.get(member.regex, frozenset())
         return topics
 
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of the subscribed topics."""
+        return {meta.topic_id: name for name, meta in self.subscription_metadata.items()}
+
+    def classic_members(self) -> int:
+        return sum(1 for m in self.members.values() if m.classic is not None)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` (itself of the consumer
+        protocol) uses the classic protocol: its leaving may downgrade the group."""
+        member = self.members.get(member_id)
+        return member is not None and member.classic is None and \
+            self.classic_members() == len(self.members) - 1
+
+    def supports_classic(self, protocol_type: str, names: list[str]) -> bool:
+        """Whether a classic member with these protocols may join (Kafka's
+        supportsClassicProtocols): a protocol every classic member supports."""
+        if protocol_type != "consumer" or not names:
+            return False
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        return any(all(name in {n for n, _ in c.protocols} for c in classic) for name in names)
+
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in self.member_topics(m)}
 
@@ -231,6 +264,15 @@ class ConsumerGroup:
             return partition not in mine.assigned.get(topic_id, set()) and \
                 partition not in mine.pending_revocation.get(topic_id, set())
         return held
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether ``member`` still waits for a partition of its target that
+        another member holds (a classic member then need not rejoin yet)."""
+        if member.state is not M.UNRELEASED_PARTITIONS:
+            return False
+        held = self.held_by_other(member.member_id)
+        return any(held(topic_id, p) for topic_id, ps in self.target.get(member.member_id, {}).items()
+                   for p in ps if p not in member.assigned.get(topic_id, set()))
 
     # -- offsets ---------------------------------------------------------------
 

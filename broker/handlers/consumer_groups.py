@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import BrokerContext, Session
-from broker.coordinator.assignors import Partitions, TopicMetadata
-from broker.coordinator.consumer import HeartbeatRequest, TopicView
+from broker.coordinator.assignors import Partitions
+from broker.coordinator.consumer import HeartbeatRequest
 from broker.coordinator.consumer_group import ConsumerGroup
-from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here
+from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here, topic_view
 from protocol.api import RequestHeader
 from protocol.consumer_group_apis import (
     ConsumerGroupDescribeRequest,
@@ -24,18 +24,6 @@ from protocol.consumer_group_apis import (
     ConsumerGroupHeartbeatResponse,
 )
 from protocol.errors import ErrorCode
-
-
-def topic_view(ctx: BrokerContext) -> TopicView:
-    """The broker's topics (ids, partition counts, names) from its metadata cache."""
-    def lookup(name: str) -> TopicMetadata | None:
-        info = ctx.metadata.topic(name)
-        return None if info is None else TopicMetadata(info.topic_id, name, info.partitions)
-
-    def is_internal(name: str) -> bool:
-        info = ctx.metadata.topic(name)
-        return info is not None and info.internal
-    return TopicView(lookup, ctx.metadata.topic_names, is_internal)
 
 
 def _owned(topics: Any | None) -> Partitions | None:
