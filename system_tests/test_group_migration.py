@@ -129,6 +129,9 @@ def test_java_rolling_upgrade_then_downgrade(broker: Broker, tmp_path: Path,
     assert described["type"] == "Consumer" and len(described["members"]) == 2
     assert sorted(m["partitions"] for m in described["members"]) == \
         sorted(sorted(m.owned()) for m in (a, b))
+    # ConsumerGroupDescribe v1 tells the protocols apart (MemberType).
+    assert admin_op(broker.bootstrap, "member-protocols", "--group", run.group) == \
+        {"members": ["classic", "consumer"]}
 
     b.leave()
     b = run.start(CONSUMER_PROPS)

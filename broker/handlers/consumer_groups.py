@@ -87,6 +87,11 @@ async def handle_consumer_group_describe(ctx: BrokerContext, header: RequestHead
     return resp(throttle_time_ms=0, groups=out)
 
 
+# ConsumerGroupDescribe v1's MemberType: which protocol a member speaks.
+CLASSIC_MEMBER = 0
+CONSUMER_MEMBER = 1
+
+
 def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
     member_cls = group_cls.Member
     assignment_cls = member_cls.Assignment
@@ -103,7 +108,8 @@ def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=sorted(m.subscribed), subscribed_topic_regex=m.regex,
         assignment=assignment(m.assigned),
-        target_assignment=assignment(group.target.get(m.member_id, {})))
+        target_assignment=assignment(group.target.get(m.member_id, {})),
+        member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
         for m in group.members.values()]
     return group_cls(error_code=0, error_message=None, group_id=group.group_id,
                      group_state=group.state.value, group_epoch=group.group_epoch,
