@@ -281,17 +281,18 @@ class ConsumerGroup:
         """Kafka's checks of an OffsetCommit to a consumer group: a commit
         without an epoch only while the group is empty; else from a member at
         its current epoch, with OffsetCommit v9+ (the version that carries
-        it). A TxnOffsetCommit at another epoch gets ILLEGAL_GENERATION, the
-        error transactional producers know."""
+        it) unless it is a classic member (its generation is its epoch). A
+        TxnOffsetCommit, or a classic member, at another epoch gets
+        ILLEGAL_GENERATION, the error those clients know."""
         if member_epoch < 0 and not self.members:
             return ErrorCode.NONE
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and version < 9:
+        if not transactional and member.classic is None and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            if transactional:
+            if transactional or member.classic is not None:
                 return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
@@ -305,6 +306,8 @@ class ConsumerGroup:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
+            if member.classic is not None:
+                return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 

@@ -290,7 +290,8 @@ class GroupCoordinator:
         the conversion is not allowed.
 
         Raises:
-            HeartbeatError: the tombstone could not be written.
+            HeartbeatError: no room for the joining member, or the tombstone
+                could not be written.
         """
         gid = classic.group_id
         if not migration.can_upgrade(self._policy(), classic,
@@ -298,6 +299,11 @@ class GroupCoordinator:
             log.info("classic group not upgraded", group=gid, policy=self._policy(),
                      protocol_type=classic.protocol_type)
             return None
+        max_size = self.config["group.consumer.max.size"]
+        if len(classic.members) >= max_size:
+            # No room for the joining member: refused before anything changes.
+            raise HeartbeatError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached "
+                                 f"its maximum capacity of {max_size} members.")
         try:
             converted = migration.to_consumer_group(classic, topics.lookup)
         except ValueError as exc:

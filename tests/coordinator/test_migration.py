@@ -193,6 +193,14 @@ async def test_classic_member_errors_inside_a_consumer_group(coordinator, autoju
     assert coordinator.heartbeat("g", 1, "nobody", None) is E.UNKNOWN_MEMBER_ID
     assert coordinator.heartbeat("g", 9, first, None) is E.ILLEGAL_GENERATION
     assert coordinator.heartbeat("g", 1, "new", None) is E.UNKNOWN_MEMBER_ID  # not classic
+    # A classic member commits with its generation (its member epoch), any version.
+    commit = [PartitionCommit("a", 0, 5, -1, None)]
+    assert await coordinator.commit_offsets("g", 1, first, None, -1, commit, version=2) == \
+        [E.NONE]
+    assert await coordinator.commit_offsets("g", 2, first, None, -1, commit, version=9) == \
+        [E.ILLEGAL_GENERATION]
+    assert await coordinator.commit_offsets("g", 2, "new", None, -1, commit, version=8) == \
+        [E.UNSUPPORTED_VERSION]
     bad = await coordinator.join_group(request(first, protocols=[("roundrobin", subscription())]),
                                        lookup)
     assert bad.error is E.INCONSISTENT_GROUP_PROTOCOL
@@ -240,6 +248,15 @@ async def test_policy_disabled_keeps_the_protocols_apart(tmp_path, autojump_cloc
     hb(coord, "c1", 0, group="cg")
     join = await coord.join_group(join_req(group="cg"), lookup)
     assert join.error is E.INCONSISTENT_GROUP_PROTOCOL
+
+
+async def test_a_full_classic_group_is_not_upgraded(tmp_path, autojump_clock, nursery):
+    config = make_config(tmp_path, group_consumer_max_size="2")
+    coord = GroupCoordinator(config, make_node(config).internal.offsets, trio_wall_clock)
+    await nursery.start(coord.run)
+    await classic_stable(coord, nursery)
+    assert hb(coord, "new", 0).error is E.GROUP_MAX_SIZE_REACHED
+    assert "g" not in coord.consumer_groups and len(coord.groups["g"].members) == 2
 
 
 async def test_no_downgrade_under_policy_upgrade(tmp_path, autojump_clock, nursery):
