@@ -196,8 +196,10 @@ def _subscription(topic: str) -> bytes:
     return bytes(sub.encode(version=1))
 
 
-def _classic_member(client: RawClient, group: str, topic: str) -> tuple[str, int]:
-    """A classic member that joined ``group`` and synced; (member id, generation)."""
+def _classic_member(client: RawClient, group: str, topic: str,
+                    assignment: bytes = b"") -> tuple[str, int]:
+    """A classic member that joined ``group`` (as its leader) and synced,
+    assigning itself ``assignment``; (member id, generation)."""
     proto = JOIN[0][5].JoinGroupRequestProtocol
 
     def join(member_id: str) -> Any:
@@ -210,8 +212,12 @@ def _classic_member(client: RawClient, group: str, topic: str) -> tuple[str, int
     assert required.error_code == MEMBER_ID_REQUIRED
     joined = join(required.member_id)
     assert joined.error_code == 0
+    assert joined.leader == joined.member_id
+    own = SYNC[0][3].SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                assignment=assignment)
     synced = client.call(*SYNC, 3, group_id=group, generation_id=joined.generation_id,
-                         member_id=joined.member_id, group_instance_id=None, assignments=[])
+                         member_id=joined.member_id, group_instance_id=None,
+                         assignments=[own] if assignment else [])
     assert synced.error_code == 0
     return joined.member_id, joined.generation_id
 
