@@ -127,24 +127,21 @@ def _fail(code: ErrorCode, message: str) -> HeartbeatError:
 class ConsumerGroups:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group],
                  consumer_groups: dict[str, ConsumerGroup], timers: Timers,
-                 on_change: Callable[[ConsumerGroup, set[str] | None], ErrorCode]
-                 = lambda g, m: E.NONE,
-                 upgrade: Callable[[Group, TopicView], ConsumerGroup | None]
-                 = lambda g, t: None,
+                 on_change: Callable[[ConsumerGroup, set[str] | None], ErrorCode],
+                 upgrade: Callable[[Group, TopicView], ConsumerGroup | None],
                  downgrade: Callable[[ConsumerGroup, ConsumerMember], ErrorCode | None]
-                 = lambda g, m: None) -> None:
+                 ) -> None:
         """Args:
-            groups: the coordinator's classic groups (a non-empty one blocks
-                a consumer group of the same id).
+            groups: the coordinator's classic groups (a non-empty one is
+                converted, ``upgrade``, or blocks a consumer group of its id).
             consumer_groups: the coordinator's consumer groups, shared with it.
             on_change: called after a request or timer changed a group, with
                 the members it touched (None: all); persists the change, and
                 returns the error to answer if that failed.
             upgrade: a ConsumerGroupHeartbeat joining a non-empty classic
                 group: the consumer group it became, or None (refused).
-            downgrade: a member about to be removed: if its leaving turned
-                the group back into a classic group, the error of doing so
-                (NONE), else None.
+            downgrade: a member about to be removed: None, or the error of
+                turning the group back into a classic group as it left.
         """
         self.config = config
         self.groups = groups

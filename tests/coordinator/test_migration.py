@@ -11,6 +11,7 @@ import trio.testing
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from broker.coordinator import GroupCoordinator, admin, migration
+from broker.coordinator import consumer_records as cr
 from broker.coordinator.consumer_group import (
     ClassicMeta,
     ConsumerGroupState,
@@ -303,3 +304,37 @@ async def test_conversions_survive_a_coordinator_move(nursery, config, node, aut
         {m.member_id: m.assignment for m in classic.members.values()}
     assert reloaded.offsets[("a", 0)].offset == 42
     await trio.testing.wait_all_tasks_blocked()
+
+
+def test_classic_member_metadata_is_kafkas_tagged_field():
+    """ConsumerGroupMemberMetadataValue with ClassicMemberMetadata (tag 0),
+    byte for byte, and back."""
+    value = cr.encode_value(
+        cr.MEMBER_METADATA, instance_id=None, rack_id=None, client_id="c", client_host="h",
+        subscribed_topic_names=["t"], subscribed_topic_regex=None, rebalance_timeout_ms=5,
+        server_assignor=None, classic_member_metadata={
+            "session_timeout_ms": 45000,
+            "supported_protocols": [{"name": "range", "metadata": b"xy"}]})
+    golden = bytes.fromhex(
+        "0000"        # value version 0
+        "00" "00"     # InstanceId, RackId: null (compact nullable strings)
+        "0263" "0268"  # ClientId "c", ClientHost "h"
+        "020274"      # SubscribedTopicNames ["t"]
+        "00"          # SubscribedTopicRegex: null
+        "00000005"    # RebalanceTimeoutMs 5
+        "00"          # ServerAssignor: null
+        "01" "00" "11"  # the value's tagged fields: one, tag 0, 17 bytes
+        "01"          # ClassicMemberMetadata present
+        "0000afc8"    # SessionTimeoutMs 45000
+        "02" "0672616e6765" "037879" "00"  # SupportedProtocols [("range", b"xy")]
+        "00")         # ClassicMemberMetadata's tagged fields
+    assert value == golden
+    classic = cr.decode_value(cr.MEMBER_METADATA, golden).classic_member_metadata
+    assert (classic.session_timeout_ms, [(p.name, p.metadata) for p in
+                                         classic.supported_protocols]) == (45000, [("range", b"xy")])
+    plain = cr.encode_value(
+        cr.MEMBER_METADATA, instance_id=None, rack_id=None, client_id="c", client_host="h",
+        subscribed_topic_names=["t"], subscribed_topic_regex=None, rebalance_timeout_ms=5,
+        server_assignor=None)
+    assert plain == golden[:17] + b"\x00"  # no tagged field for a consumer-protocol member
+    assert cr.decode_value(cr.MEMBER_METADATA, plain).classic_member_metadata is None
