@@ -21,6 +21,9 @@ classic requests map onto the consumer group's rules, as Kafka 4.x does:
   reports what it let go by rejoining), or a partition it waited for is
   free now.
 * LeaveGroup removes the member like a ConsumerGroupHeartbeat leave.
+* A classic static member that takes over the group.instance.id of the
+  last consumer-protocol member turns the group back into a classic group
+  at once, keeping that member's assignment (no rebalance), as Kafka does.
 
 Timers (on top of the session timer, which uses the member's classic
 session timeout): after a JoinGroup the member must send SyncGroup within
@@ -35,6 +38,7 @@ Error handling: client mistakes are answered as ``ErrorCode`` values.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import structlog
 import trio
@@ -56,9 +60,16 @@ E = ErrorCode
 
 
 class ClassicMembers:
-    def __init__(self, consumer: ConsumerGroups) -> None:
+    def __init__(self, consumer: ConsumerGroups,
+                 downgrade: Callable[[ConsumerGroup], ErrorCode | None]) -> None:
+        """Args:
+            downgrade: a classic static member just replaced the last
+                consumer-protocol member: None, or the error of turning the
+                group into a classic group (Kafka's downgrade on replacement).
+        """
         self.consumer = consumer
         self.timers = consumer.timers
+        self.downgrade = downgrade
 
     # -- JoinGroup -------------------------------------------------------------
 
@@ -78,7 +89,7 @@ class ClassicMembers:
         found = self._member(group, member_id, req)
         if isinstance(found, ErrorCode):
             return JoinResult(found, req.member_id)
-        member, bump = found
+        member, bump, replaced_consumer = found
         member.rack_id = sub.rack_id or member.rack_id
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
@@ -97,6 +108,11 @@ class ClassicMembers:
         if everyone:
             self.consumer.assign(group)
         self.consumer.reconcile_member(group, member, migration.by_id(sub.owned, topics.lookup))
+        answer = JoinResult(E.NONE, member.member_id, member.member_epoch,
+                            CONSUMER_PROTOCOL_TYPE, req.protocols[0][0], "", [])
+        downgraded = self.downgrade(group) if replaced_consumer else None
+        if downgraded is not None:
+            return answer if downgraded is E.NONE else JoinResult(downgraded, member.member_id)
         error = self.consumer.on_change(group, None if everyone else {member.member_id})
         if error is not E.NONE:
             return JoinResult(error, member.member_id)
@@ -106,31 +122,34 @@ class ClassicMembers:
         self.timers.schedule(("consumer-sync", *key),
                              trio.current_time() + req.rebalance_timeout_ms / 1000,
                              lambda: self._expired(group, member, "did not sync in time"))
-        return JoinResult(E.NONE, member.member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE,
-                          req.protocols[0][0], "", [])
+        return answer
 
     def _member(self, group: ConsumerGroup, member_id: str, req: JoinRequest
-                ) -> tuple[ConsumerMember, bool] | ErrorCode:
-        """The joining member (created if new) and whether it is new; or the
-        error of a fenced static member or of a member of the other protocol."""
+                ) -> tuple[ConsumerMember, bool, bool] | ErrorCode:
+        """The joining member (created if new), whether it is new, and whether
+        it replaced a consumer-protocol static member; or the error of an
+        unknown or fenced static member or of a member of the other protocol."""
         instance = req.group_instance_id
         if instance is not None:
             known = group.static_members.get(instance)
+            if known is None and req.member_id:
+                return E.UNKNOWN_MEMBER_ID
             if known is not None and known != member_id:
                 if req.member_id:
                     return E.FENCED_INSTANCE_ID
                 self.consumer.cancel_timers(group, known)
                 log.info("static member rejoined", group=group.group_id, instance=instance,
                          old_member=known, member=member_id)
-                return group.replace_static(known, member_id), False
+                replaced_consumer = group.members[known].classic is None
+                return group.replace_static(known, member_id), False, replaced_consumer
         member = group.members.get(member_id)
         if member is not None:
-            return (member, False) if member.classic is not None else E.UNKNOWN_MEMBER_ID
+            return (member, False, False) if member.classic is not None else E.UNKNOWN_MEMBER_ID
         member = ConsumerMember(member_id, instance, None, req.client_id, req.client_host,
                                 req.rebalance_timeout_ms, [], None)
         group.add(member)
         log.info("classic member joined consumer group", group=group.group_id, member=member_id)
-        return member, True
+        return member, True, False
 
     # -- SyncGroup and Heartbeat -----------------------------------------------
 

@@ -275,13 +275,15 @@ class ConsumerGroups:
                 if not joining:
                     raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance "
                                 f"id {req.instance_id} was fenced by member {known_id}.")
-                if known.member_epoch != STATIC_LEAVE_EPOCH:
+                # A classic member's instance id is taken over at once (Kafka's rule).
+                if known.member_epoch != STATIC_LEAVE_EPOCH and known.classic is None:
                     raise _fail(E.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with "
                                 f"instance id {req.instance_id} cannot join the group because "
                                 f"the instance id is owned by {known_id} member.")
                 self.cancel_timers(group, known_id)
                 log.info("static member rejoined", group=group.group_id,
                          instance=req.instance_id, old_member=known_id, member=member_id)
+                known.classic = None  # it speaks the consumer protocol from now on
                 return group.replace_static(known_id, member_id), False, known_id
             if known_id is None and not joining:
                 raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")

@@ -95,7 +95,7 @@ class GroupCoordinator:
                                        self.consumer_records.sync, self._upgrade,
                                        self._downgrade)
         # Classic-protocol members inside consumer groups (online migration).
-        self.classic_members = ClassicMembers(self.consumer)
+        self.classic_members = ClassicMembers(self.consumer, self._downgrade_replaced)
         self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
             "group coordinator", self.store, self._load, self._unload,
             follow_leadership=follow_leadership)
@@ -329,11 +329,27 @@ class GroupCoordinator:
         """``leaving`` is about to go: if it is the last consumer-protocol
         member and the policy allows, the group becomes a classic group that
         rebalances at once; the error of writing that. None: no downgrade."""
-        gid = group.group_id
         if not migration.can_downgrade(self._policy(), group, leaving.member_id):
             return None
+        return self._to_classic(group, leaving.member_id, f"downgraded from a consumer group: "
+                                f"member {leaving.member_id} left")
+
+    def _downgrade_replaced(self, group: ConsumerGroup) -> ErrorCode | None:
+        """A classic static member took the place of the last consumer-protocol
+        member: the group becomes classic, Stable (no rebalance), if the policy
+        allows; the error of writing that. None: no downgrade."""
+        if not migration.downgrade_enabled(self._policy()) or \
+                group.classic_members() != len(group.members):
+            return None
+        return self._to_classic(group, "", None)
+
+    def _to_classic(self, group: ConsumerGroup, leaving_id: str,
+                    rebalance: str | None) -> ErrorCode | None:
+        """Replace ``group`` by the classic group its members (but ``leaving_id``)
+        form, rebalancing it for the reason ``rebalance`` unless None."""
+        gid = group.group_id
         try:
-            classic = migration.to_classic_group(group, leaving.member_id, self.wall_clock())
+            classic = migration.to_classic_group(group, leaving_id, self.wall_clock())
         except ValueError as exc:
             log.warning("consumer group not downgraded: malformed consumer protocol", group=gid,
                         error=str(exc))
@@ -347,8 +363,8 @@ class GroupCoordinator:
         self.groups[gid] = classic
         stored = self.rebalance.store_group(classic)
         self.rebalance.loaded(classic)
-        self.rebalance.prepare(classic, f"downgraded from a consumer group: member "
-                               f"{leaving.member_id} left")
+        if rebalance is not None:
+            self.rebalance.prepare(classic, rebalance)
         log.info("consumer group downgraded to a classic group", group=gid,
                  generation=classic.generation_id, members=len(classic.members))
         return deleted if deleted is not E.NONE else stored

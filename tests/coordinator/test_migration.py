@@ -186,6 +186,27 @@ async def test_rolling_upgrade_then_downgrade(coordinator, autojump_clock, nurse
     assert sum(1 for b in boxes if b[0].members) == 1  # the classic leader assigns again
 
 
+async def test_a_classic_static_member_taking_the_last_consumer_members_place_downgrades(
+        coordinator, autojump_clock, nursery):
+    owned = await classic_stable(coordinator, nursery)
+    assert hb(coordinator, "new", 0, instance="i1").member_epoch == 2
+    target = coordinator.consumer_groups["g"].target["new"]
+    assert hb(coordinator, "new", -2, instance="i1").error is E.NONE  # a static restart
+    join = await coordinator.join_group(request("", instance="i1", session_ms=SESSION_MS,
+                                                protocols=[("range", subscription())]), lookup)
+    assert join.error is E.NONE and join.generation_id == 2 and join.member_id != "new"
+    # Classic again at once, Stable at the group epoch: no rebalance; the
+    # newcomer has the assignment of the member it replaced.
+    assert "g" not in coordinator.consumer_groups
+    classic = coordinator.groups["g"]
+    assert (classic.state, classic.generation_id) == (GroupState.STABLE, 2)
+    assert set(classic.members) == set(owned) | {join.member_id}
+    assert classic.static_members == {"i1": join.member_id}
+    synced = await coordinator.sync_group("g", 2, join.member_id, "i1", "consumer", "range", {})
+    assert synced.error is E.NONE
+    assert migration.decode_assignment(synced.assignment) == {"a": target[A]}
+
+
 async def test_classic_member_errors_inside_a_consumer_group(coordinator, autojump_clock,
                                                              nursery):
     owned = await classic_stable(coordinator, nursery)
@@ -205,6 +226,20 @@ async def test_classic_member_errors_inside_a_consumer_group(coordinator, autoju
     bad = await coordinator.join_group(request(first, protocols=[("roundrobin", subscription())]),
                                        lookup)
     assert bad.error is E.INCONSISTENT_GROUP_PROTOCOL
+    # A member id with an instance id the group does not know is refused, as Kafka does.
+    wrong = await coordinator.join_group(request("x", instance="i9", session_ms=SESSION_MS,
+                                                 protocols=[("range", subscription())]),
+                                         lookup)
+    assert wrong.error is E.UNKNOWN_MEMBER_ID and "x" not in coordinator.consumer_groups["g"].members
+    # A consumer-protocol member takes a classic static member's instance id at once.
+    static = await coordinator.join_group(request("", instance="k1", session_ms=SESSION_MS,
+                                                  protocols=[("range", subscription())]),
+                                          lookup)
+    assert static.error is E.NONE
+    took = hb(coordinator, "k1-new", 0, instance="k1")
+    assert took.error is E.NONE
+    group = coordinator.consumer_groups["g"]
+    assert static.member_id not in group.members and group.members["k1-new"].classic is None
     synced = await coordinator.sync_group("g", 7, first, None, None, None, {})
     assert synced.error is E.ILLEGAL_GENERATION
     synced = await coordinator.sync_group("g", 1, first, None, None, None, {})
