@@ -15,7 +15,11 @@ JoinGroup, SyncGroup, Heartbeat and LeaveGroup and turns them into
 membership changes, ``rebalance`` runs the rebalances and the timers they
 need. This class keeps what every group protocol shares: ownership, the
 groups, durability, offsets (``offsets.OffsetManager``,
-``txn_offsets.TxnOffsets``) and the timers' nursery.
+``txn_offsets.TxnOffsets``) and the timers' nursery; and it applies the
+online migration between the protocols (``migration``): a classic group
+replaced by the consumer group it becomes, and back, in memory and in
+``__consumer_offsets`` (classic record tombstoned / consumer records
+tombstoned, the other written), the group's offsets carried over.
 
 Within an owned partition, requests run on the event loop and change group
 state without awaiting in between, so a request sees and leaves a group

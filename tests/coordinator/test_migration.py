@@ -207,6 +207,18 @@ async def test_a_classic_static_member_taking_the_last_consumer_members_place_do
     assert migration.decode_assignment(synced.assignment) == {"a": target[A]}
 
 
+async def test_a_rebalancing_classic_group_converts_and_answers_its_parked_joins(
+        coordinator, autojump_clock, nursery):
+    await classic_stable(coordinator, nursery)
+    first = coordinator.groups["g"].leader_id  # its rejoin starts a rebalance and parks
+    parked = await join_in_background(nursery, coordinator, join_req(first))
+    assert coordinator.groups["g"].state is GroupState.PREPARING_REBALANCE and not parked
+    assert hb(coordinator, "new", 0).error is E.NONE
+    await trio.testing.wait_all_tasks_blocked()
+    assert parked[0].error is E.REBALANCE_IN_PROGRESS
+    assert coordinator.consumer_groups["g"].members[first].classic is not None
+
+
 async def test_classic_member_errors_inside_a_consumer_group(coordinator, autojump_clock,
                                                              nursery):
     owned = await classic_stable(coordinator, nursery)
