@@ -48,6 +48,17 @@ CONSUMER_ASSIGNORS = {
 }
 
 
+# group.consumer.migration.policy: which online conversions between classic
+# and consumer groups are allowed (Kafka 4.x's ConsumerGroupMigrationPolicy).
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+def _migration_policy_check(value: str) -> str | None:
+    if value.lower() not in MIGRATION_POLICIES:
+        return f"one of {', '.join(MIGRATION_POLICIES)} (case-insensitive)"
+    return None
+
+
 def _assignors_check(value: list[str]) -> str | None:
     if not value:
         return "at least one assignor"
@@ -159,6 +170,11 @@ _DEFS: list[ConfigDef] = [
               check=_assignors_check),
     ConfigDef("group.consumer.max.size", T.INT, INT_MAX, "Most members of one "
               "consumer-protocol group.", at_least=1),
+    ConfigDef("group.consumer.migration.policy", T.STRING, "bidirectional", "Online "
+              "conversion of a non-empty group between the classic and the consumer "
+              "protocols (KIP-848): bidirectional, upgrade (classic to consumer only), "
+              "downgrade (consumer to classic only) or disabled. Empty groups convert "
+              "either way regardless.", check=_migration_policy_check),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets "
               "(fixed once the topic exists).", at_least=1),
     ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "

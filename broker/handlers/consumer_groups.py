@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import BrokerContext, Session
-from broker.coordinator.assignors import Partitions, TopicMetadata
-from broker.coordinator.consumer import HeartbeatRequest, TopicView
+from broker.coordinator.assignors import Partitions
+from broker.coordinator.consumer import HeartbeatRequest
 from broker.coordinator.consumer_group import ConsumerGroup
-from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here
+from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here, topic_view
 from protocol.api import RequestHeader
 from protocol.consumer_group_apis import (
     ConsumerGroupDescribeRequest,
@@ -24,18 +24,6 @@ from protocol.consumer_group_apis import (
     ConsumerGroupHeartbeatResponse,
 )
 from protocol.errors import ErrorCode
-
-
-def topic_view(ctx: BrokerContext) -> TopicView:
-    """The broker's topics (ids, partition counts, names) from its metadata cache."""
-    def lookup(name: str) -> TopicMetadata | None:
-        info = ctx.metadata.topic(name)
-        return None if info is None else TopicMetadata(info.topic_id, name, info.partitions)
-
-    def is_internal(name: str) -> bool:
-        info = ctx.metadata.topic(name)
-        return info is not None and info.internal
-    return TopicView(lookup, ctx.metadata.topic_names, is_internal)
 
 
 def _owned(topics: Any | None) -> Partitions | None:
@@ -99,6 +87,11 @@ async def handle_consumer_group_describe(ctx: BrokerContext, header: RequestHead
     return resp(throttle_time_ms=0, groups=out)
 
 
+# ConsumerGroupDescribe v1's MemberType: which protocol a member speaks.
+CLASSIC_MEMBER = 0
+CONSUMER_MEMBER = 1
+
+
 def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
     member_cls = group_cls.Member
     assignment_cls = member_cls.Assignment
@@ -115,7 +108,8 @@ def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=sorted(m.subscribed), subscribed_topic_regex=m.regex,
         assignment=assignment(m.assigned),
-        target_assignment=assignment(group.target.get(m.member_id, {})))
+        target_assignment=assignment(group.target.get(m.member_id, {})),
+        member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
         for m in group.members.values()]
     return group_cls(error_code=0, error_message=None, group_id=group.group_id,
                      group_state=group.state.value, group_epoch=group.group_epoch,

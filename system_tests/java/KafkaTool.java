@@ -52,6 +52,8 @@
 //       list-groups                        (id, type, state, protocol of every group)
 //       describe-consumer-groups --group G...
 //       delete-groups --group G...
+//       group-offsets --group G             (committed offset of each partition)
+//       member-protocols --group G          (each member's protocol, from MemberDescription.upgraded)
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -501,6 +503,8 @@ public final class KafkaTool {
                     case "broker-configs-describe", "broker-configs-alter" -> BrokerConfigOps.run(admin, args);
                     case "list-groups", "describe-consumer-groups", "delete-groups" ->
                         GroupOps.run(admin, args);
+                    case "group-offsets" -> MigrationOps.groupOffsets(admin, args.required("group"));
+                    case "member-protocols" -> MigrationOps.memberProtocols(admin, args.required("group"));
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -1094,6 +1098,30 @@ public final class KafkaTool {
                 }
             }
             sb.append('"');
+        }
+    }
+
+    /** Admin calls of the KIP-848 online migration tests. */
+    static final class MigrationOps {
+        /** The group's committed offsets, as {"offsets": {"topic:partition": offset}}. */
+        static Map<String, Object> groupOffsets(Admin admin, String group) throws Exception {
+            Map<String, Object> offsets = new TreeMap<>();
+            var committed = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            for (var e : committed.entrySet()) {
+                if (e.getValue() != null) offsets.put(e.getKey().toString(), e.getValue().offset());
+            }
+            return Map.of("offsets", offsets);
+        }
+
+        /** {"members": [protocol...]} sorted: "consumer" (upgraded), "classic", or "unknown". */
+        static Map<String, Object> memberProtocols(Admin admin, String group) throws Exception {
+            List<String> protocols = new ArrayList<>();
+            var described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            for (var m : described.members()) {
+                protocols.add(m.upgraded().map(u -> u ? "consumer" : "classic").orElse("unknown"));
+            }
+            Collections.sort(protocols);
+            return Map.of("members", protocols);
         }
     }
 }
