@@ -118,7 +118,8 @@ rlmm.config.remote.log.metadata.topic.retention.ms
 
 # Keys only tierd has (besides every ``tierd.*`` key). Kafka keeps the cluster
 # id in meta.properties, not in server.properties; the S3 settings belong to
-# tierd's own storage manager.
+# tierd's own storage manager; the codec's follow the names of Aiven's
+# tiered-storage plugin.
 TIERD_KEYS = frozenset("""
 cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
@@ -127,6 +128,10 @@ rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connecti
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
 rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
 rsm.config.fetch.prefetch.max.chunks
+rsm.config.compression.enabled rsm.config.compression.heuristic.enabled rsm.config.chunk.size
+rsm.config.encryption.enabled rsm.config.encryption.key.pair.id rsm.config.encryption.key.pairs
+rsm.config.encryption.key.pairs.<id>.public.key.file
+rsm.config.encryption.key.pairs.<id>.private.key.file
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -250,7 +255,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import chunk_cache, filesystem, s3
+    from storage.remote import chunk_cache, codec_storage, filesystem, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -292,6 +297,8 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows += [_row(d, "broker", note="(`s3` manager.)") for d in s3.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(Remote reads, any manager.)")
                  for d in chunk_cache.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(Compression/encryption, any manager.)")
+                 for d in [*codec_storage.CONFIG_DEFS, *codec_storage.KEY_FILE_DEFS]]
 
     rlmm_defs = [
         ConfigDef(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, ConfigType.INT, DEFAULT_NUM_PARTITIONS, ""),
