@@ -57,6 +57,7 @@ from storage.remote.key_ring import DATA_KEY_BYTES, PAIR_PREFIX, KeyRing, KeyRin
 from storage.remote.naming import (
     INDEX_SUFFIXES,
     LOG_SUFFIX,
+    manifest_bytes,
     segment_manifest,
     stored_log_size,
 )
@@ -346,6 +347,31 @@ class CodecStorage:
         except CodecError as exc:  # KeyRingError included
             _log_failure(metadata, exc)
             raise
+
+    def restored_metadata(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+        """For tools rebuilding lost metadata from the store (``tierd admin
+        rebuild-metadata``): ``metadata`` named from a listing, its size the
+        stored .log's, made readable here. A transformed segment (it has a
+        codec manifest object) gets its plain size and the custom metadata
+        its copy recorded; any other comes back as it is.
+
+        Raises:
+            RemoteStorageError: the store failed; CodecError: an unreadable manifest.
+        """
+        fetch = getattr(self.inner, "fetch_codec_manifest", None)
+        if fetch is None:
+            return metadata
+        try:
+            manifest = CodecManifest.from_json(fetch(metadata))
+        except RemoteResourceNotFoundError:
+            return metadata
+        layouts = manifest.objects
+        log_layout = _layout(manifest, LOG_SUFFIX)
+        lengths = [_layout(manifest, suffix).size for suffix in ("index", "timeindex")]
+        custom = manifest_bytes(INDEX_SUFFIXES[IndexType.TRANSACTION] in layouts,
+                                INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT] in layouts,
+                                lengths, log_layout.stored_size)
+        return replace(metadata, segment_size_in_bytes=log_layout.size, custom_metadata=custom)
 
     # -- delete, close --------------------------------------------------------
 

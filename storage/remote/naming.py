@@ -133,9 +133,15 @@ def segment_manifest(data: LogSegmentData, stored_log_size: int | None = None) -
     """
     lengths = [os.path.getsize(p) if not isinstance(p, bytes) else len(p)
                for p in (data.offset_index, data.time_index)]
-    manifest: dict[str, object] = {
-        "v": MANIFEST_VERSION, "txn": data.transaction_index is not None,
-        "snap": data.producer_snapshot_index is not None, "idx": lengths}
+    return manifest_bytes(data.transaction_index is not None,
+                          data.producer_snapshot_index is not None, lengths, stored_log_size)
+
+
+def manifest_bytes(txn: bool, snap: bool, index_lengths: list[int],
+                   stored_log_size: int | None) -> bytes:
+    """``segment_manifest``'s bytes from what they record."""
+    manifest: dict[str, object] = {"v": MANIFEST_VERSION, "txn": txn, "snap": snap,
+                                   "idx": index_lengths}
     if stored_log_size is not None:
         manifest["v"] = TRANSFORMED_MANIFEST_VERSION
         manifest["ts"] = stored_log_size

@@ -329,3 +329,27 @@ def test_custom_metadata_stays_small() -> None:
                           None)
     raw = segment_manifest(data, stored_log_size=2**40)
     assert len(raw) < 128 and json.loads(raw)["v"] == 3
+
+
+def test_restored_metadata_reads_a_transformed_segment_named_from_a_listing(
+        backend: Backend, segments: SegmentFactory,
+        key_files: dict[str, tuple[Path, Path]]) -> None:
+    """What ``tierd admin rebuild-metadata`` and the audits see of a transformed copy."""
+    codec = CodecStorage(backend.rsm, ring(key_files, "k1", {"k1": "k1"},
+                                           **{"compression.enabled": "true"}))
+    seg = with_log(segments.make(transaction_index=False), compressible_log(3300))
+    md = copied(codec, seg)
+    listed = {o.name.suffix: o for o in backend.rsm.list_objects(  # type: ignore[attr-defined]
+        backend.rsm.partition_prefix(md.topic_id_partition))  # type: ignore[attr-defined]
+        if o.name is not None}
+    assert listed[LOG_SUFFIX].size == expected_log_object_size(md) < len(seg.log)
+    named = replace(md, segment_size_in_bytes=listed[LOG_SUFFIX].size, custom_metadata=None)
+    restored = codec.restored_metadata(named)
+    assert restored.segment_size_in_bytes == len(seg.log)
+    assert restored.custom_metadata == md.custom_metadata
+    assert_reads_back(codec, restored, seg)
+    # A plain copy (no codec manifest object) comes back unchanged.
+    plain = segments.make(700)
+    plain_md = replace(plain.metadata, custom_metadata=backend.rsm.copy_log_segment_data(
+        plain.metadata, plain.data))
+    assert codec.restored_metadata(plain_md) == plain_md
