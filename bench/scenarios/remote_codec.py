@@ -3,10 +3,11 @@ what they cost. tierd only (Tansu's rounds report nothing).
 
 Two kinds of case:
 
-* ``storage-text`` / ``storage-random``: in this process, no broker. One local
+* ``storage-json`` / ``storage-random``: in this process, no broker. One local
   segment of 32 MiB (× ``--scale``, at least 4 MiB) of real v2 record batches,
-  uncompressed, of 1 KiB values: JSON-like text (``bench.payload``'s filler,
-  compressible) or random bytes (incompressible). It is copied through
+  uncompressed, of 1 KiB values: JSON-like text drawn afresh for each value
+  (``bench.payload``'s words and random numbers: compressible, without the
+  long repeats of its filler) or random bytes (incompressible). It is copied through
   ``CodecStorage`` over a directory tier in four modes, ``off``, ``zstd``,
   ``aes`` (AES-256-GCM) and ``zstd-aes``, with the default 4 MiB chunks, then
   read back whole in 4 MiB ranges (as the chunk cache reads it). Reports the
@@ -39,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bench.brokers import BrokerProcess
 from bench.kafka_util import wait_metadata_ready
-from bench.payload import make_value, payload_set
+from bench.payload import _WORDS, payload_set
 from bench.registry import Scenario, ScenarioContext, register
 from bench.results import CaseResult, MetricSpec
 from bench.scenarios.tiered import (
@@ -67,7 +68,9 @@ READ_RANGE = 4 * MIB
 COLD_MIB = 64
 STORAGE_MODES = ("off", "zstd", "aes", "zstd-aes")
 COLD_MODES = ("off", "aes", "zstd-aes")
-DATA_KINDS = ("text", "random")
+DATA_KINDS = ("json", "random")
+# Field names of the JSON-like values (bench.payload's words).
+WORDS = _WORDS
 COLD_TIERS = ("fs", "s3")
 
 METRICS = (
@@ -113,6 +116,16 @@ def key_pair() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def json_value(rng: random.Random) -> bytes:
+    """1 KiB of JSON-like text drawn afresh (no long repeats across values)."""
+    parts, size = [], 0
+    while size < VALUE:
+        token = f'"{rng.choice(WORDS)}":{rng.randint(0, 99999)},'
+        parts.append(token)
+        size += len(token)
+    return "".join(parts).encode()[:VALUE]
+
+
 def write_segment(path: Path, kind: str, size: int) -> None:
     """Uncompressed v2 batches of 1 KiB values up to ``size`` bytes."""
     from kafka.record.memory_records import MemoryRecordsBuilder
@@ -123,7 +136,7 @@ def write_segment(path: Path, kind: str, size: int) -> None:
         while written < size:
             builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 24)
             for _ in range(PER_BATCH):
-                value = make_value(seq, VALUE) if kind == "text" else rng.randbytes(VALUE)
+                value = json_value(rng) if kind == "json" else rng.randbytes(VALUE)
                 builder.append(timestamp=seq, key=None, value=value, headers=[])
                 seq += 1
             builder.close()

@@ -155,15 +155,15 @@ class Transform:
         nonce = os.urandom(NONCE_BYTES)
         return nonce + AESGCM(self.data_key).encrypt(nonce, out, aad)
 
-    def decode(self, stored: bytes, aad: bytes, plain_size: int) -> bytes:
+    def decode(self, stored: bytes | memoryview, aad: bytes, plain_size: int) -> bytes:
         """Raises: CodecError: the chunk fails its tag, frame or length check."""
         out = stored
         if self.data_key is not None:
             if len(stored) < NONCE_BYTES + TAG_BYTES:
                 raise CodecError("encrypted chunk shorter than its nonce and tag")
+            view = memoryview(stored)  # slices without copies of megabytes
             try:
-                out = AESGCM(self.data_key).decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:],
-                                                    aad)
+                out = AESGCM(self.data_key).decrypt(view[:NONCE_BYTES], view[NONCE_BYTES:], aad)
             except InvalidTag:
                 raise CodecError("encrypted chunk fails its authentication tag "
                                  "(tampered, corrupt or misplaced)") from None
@@ -174,7 +174,7 @@ class Transform:
                 raise CodecError(f"corrupt compressed chunk: {exc}") from None
         if len(out) != plain_size:
             raise CodecError(f"chunk decodes to {len(out)} bytes, the manifest says {plain_size}")
-        return out
+        return bytes(out)  # a copy only for a stored-as-is chunk, still a view
 
 
 def chunk_aad(segment: uuid.UUID, suffix: str, number: int) -> bytes:
@@ -209,14 +209,15 @@ def decode_range(stored: bytes, first_stored_at: int, layout: ObjectLayout, firs
         CodecError: a chunk does not decode, or ``stored`` is too short.
     """
     starts = layout.stored_starts()
+    view = memoryview(stored)
     out = []
     for number in range(first, last + 1):
         a, b = starts[number] - first_stored_at, starts[number + 1] - first_stored_at
         if a < 0 or b > len(stored):
             raise CodecError(f"stored range too short for chunk {number} of {suffix}")
         plain_size = min(layout.chunk_size, layout.size - number * layout.chunk_size)
-        out.append(transform.decode(stored[a:b], chunk_aad(segment, suffix, number), plain_size))
-    return b"".join(out)
+        out.append(transform.decode(view[a:b], chunk_aad(segment, suffix, number), plain_size))
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 def decode_whole(stored: bytes, layout: ObjectLayout, transform: Transform, segment: uuid.UUID,
