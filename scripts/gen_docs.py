@@ -120,7 +120,8 @@ rlmm.config.remote.log.metadata.topic.retention.ms
 # Keys only tierd has (besides every ``tierd.*`` key). Kafka keeps the cluster
 # id in meta.properties, not in server.properties; the S3, GCS and Azure
 # settings belong to tierd's own storage managers (the GCS and Azure names are
-# the Aiven plugin's, without its ``storage.`` level).
+# the Aiven plugin's, without its ``storage.`` level); the codec's follow the
+# names of Aiven's tiered-storage plugin.
 TIERD_KEYS = frozenset("""
 cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
@@ -137,6 +138,10 @@ rsm.config.azure.container.name rsm.config.azure.account.name rsm.config.azure.a
 rsm.config.azure.sas.token rsm.config.azure.connection.string rsm.config.azure.endpoint.url
 rsm.config.azure.upload.block.size rsm.config.azure.key.prefix rsm.config.azure.retry.max.attempts
 rsm.config.azure.connect.timeout.ms rsm.config.azure.read.timeout.ms
+rsm.config.compression.enabled rsm.config.compression.heuristic.enabled rsm.config.chunk.size
+rsm.config.encryption.enabled rsm.config.encryption.key.pair.id rsm.config.encryption.key.pairs
+rsm.config.encryption.key.pairs.<id>.public.key.file
+rsm.config.encryption.key.pairs.<id>.private.key.file
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -260,7 +265,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import azure, chunk_cache, filesystem, gcs, s3
+    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -304,6 +309,8 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows += [_row(d, "broker", note="(`azure` manager.)") for d in azure.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(Remote reads, any manager.)")
                  for d in chunk_cache.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(Compression/encryption, any manager.)")
+                 for d in [*codec_storage.CONFIG_DEFS, *codec_storage.KEY_FILE_DEFS]]
 
     rlmm_defs = [
         ConfigDef(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, ConfigType.INT, DEFAULT_NUM_PARTITIONS, ""),

@@ -62,7 +62,7 @@ def open_store(args: Any) -> Any:
     from config import BrokerConfig, ConfigError
     from config.log_output import configure_logging
     from config.remote import RSM_PREFIX, plugin_configs
-    from storage.remote.rsm import load_rsm
+    from storage.remote.codec_storage import load_storage
 
     configure_logging("warning")  # stderr: stdout is for the report
     try:
@@ -72,7 +72,7 @@ def open_store(args: Any) -> Any:
         if class_name == "filesystem" and "dir" not in settings:
             # broker.tiering.build_tiering's default for the filesystem tier.
             settings["dir"] = config.log_dir.rstrip("/") + "-remote"
-        rsm = load_rsm(class_name, settings)
+        rsm = load_storage(class_name, settings)
     except ConfigError as exc:
         raise AdminError(f"configuration error: {exc}", EXIT_USAGE) from None
     if not isinstance(rsm, ListableRemoteStorage):
