@@ -40,6 +40,7 @@ from config.defs import ConfigDef, ConfigType
 from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
+    CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -251,6 +252,11 @@ class ObjectStoreRSM:
             RemoteResourceNotFoundError: a segment copied without one.
         """
         name = self.object_key(metadata, INDEXES_SUFFIX)
+        return self._call("get", name, lambda: self._get(name))
+
+    def fetch_codec_manifest(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The segment's codec manifest object (layout 3, ``codec_storage``)."""
+        name = self.object_key(metadata, CODEC_MANIFEST_SUFFIX)
         return self._call("get", name, lambda: self._get(name))
 
     # -- delete ---------------------------------------------------------------------
