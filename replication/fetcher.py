@@ -33,7 +33,11 @@ as a task of its own while the fetcher goes on with its other partitions;
 the partition waits meanwhile. Success restarts its log after the remote
 data and it fetches the local tail; failure is counted and retried with
 exponential backoff (the next fetch gets OFFSET_MOVED_TO_TIERED_STORAGE
-again).
+again). With ``follower.fetch.last.tiered.offset.enable`` (KIP-1023) a
+partition of a tiered topic that joins with no local data starts in that
+state ("probing"), since its leader may hold its whole log locally and never
+send it to the tier; a probe that finds nothing tiered above it fetches
+as usual, a failed one is retried like a rebuild, up to MAX_PROBE_FAILURES.
 
 Error handling: a partition's error delays only that partition for
 replica.fetch.backoff.ms; a connection failure delays the whole fetcher and
@@ -81,6 +85,10 @@ UNDEFINED = -1
 # Longest wait between two attempts to rebuild a partition from the remote tier
 # (each failure doubles replica.fetch.backoff.ms up to this).
 MAX_AUX_STATE_BACKOFF_S = 30.0
+# Failed probes (KIP-1023, an empty follower) before the follower gives up the
+# shortcut and replicates from its log end: about a minute of backoffs; the
+# leader still answers OFFSET_MOVED_TO_TIERED_STORAGE below its local start.
+MAX_PROBE_FAILURES = 5
 
 
 class IllegalTransition(RuntimeError):
@@ -107,6 +115,8 @@ class FollowerPartition:
     # Failed attempts to rebuild from the remote tier in a row, and the last error.
     aux_failures: int = 0
     aux_error: str | None = None
+    # Joined with no local data (KIP-1023): the build asks the leader first.
+    probing: bool = False
     # The number of the first fetch request that can carry it (an answer to an
     # earlier request is about a partition it replaced).
     first_request: int = 0
@@ -220,6 +230,7 @@ class ReplicaFetcher:
         self._wake = trio.Event()
         self.cancel_scope = trio.CancelScope()
         self._backoff = config["replica.fetch.backoff.ms"] / 1000
+        self._last_tiered: bool = config["follower.fetch.last.tiered.offset.enable"]
         self.stats = replicas.stats
         self._nursery: trio.Nursery | None = None
         # The fetch in flight, cancelled when a partition joins (see ``add``).
@@ -234,15 +245,25 @@ class ReplicaFetcher:
         self._left: set[TopicPartition] = set()
         # Fetch requests sent so far.
         self._requests = 0
+        # Probing partitions whose build task is yet to start (``_ready``).
+        self._to_probe: set[TopicPartition] = set()
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
-        self.partitions[tp] = FollowerPartition(tp, leader_epoch,
-                                                first_request=self._requests + 1)
+        fp = self.partitions[tp] = FollowerPartition(tp, leader_epoch,
+                                                     first_request=self._requests + 1)
         self._waiting.discard(tp)
         self._changed.add(tp)
         part = self.replicas.get(tp)
         if part is not None:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
+            lg = part.log
+            if (self._last_tiered and lg.config.remote_storage_enable
+                    and self.replicas.tiering.manager is not None
+                    and lg.end_offset == lg.local_log_start_offset):
+                fp.probing = True
+                self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
+                fp.delayed_until = math.inf  # until the build task says otherwise
+                self._to_probe.add(tp)
         # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
         # new partition: cut it short, so a new leader's followers (and so acks=all
         # produce after a failover) start at once. Not an opening one: the leader
@@ -254,6 +275,7 @@ class ReplicaFetcher:
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._to_probe.discard(tp)
         self._waiting.discard(tp)
         self._changed.discard(tp)
         self._left.add(tp)
@@ -312,6 +334,10 @@ class ReplicaFetcher:
             fp = self.partitions.get(tp)
             if fp is None:
                 self._waiting.discard(tp)
+                continue
+            if fp.probing and fp.state is S.BUILDING_REMOTE_AUX_STATE \
+                    and (tp in self._to_probe or now >= fp.delayed_until):
+                self._start_build(fp)  # a probe to start, or to retry after its backoff
                 continue
             if fp.state in (S.DELAYED, S.BUILDING_REMOTE_AUX_STATE) and now >= fp.delayed_until:
                 self._move(fp, S.FETCHING)
@@ -388,9 +414,7 @@ class ReplicaFetcher:
                      "remote tier", topic=fp.tp[0], partition=fp.tp[1],
                      leader=self.leader.node_id)
             self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
-            fp.delayed_until = math.inf  # until the build task says otherwise
-            assert self._nursery is not None
-            self._nursery.start_soon(self._build_aux_state, fp)
+            self._start_build(fp)
             return
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(fp, p)
@@ -453,6 +477,12 @@ class ReplicaFetcher:
             self._move(fp, S.TRUNCATING)
             self._truncate(fp)
 
+    def _start_build(self, fp: FollowerPartition) -> None:
+        self._to_probe.discard(fp.tp)
+        fp.delayed_until = math.inf  # until the build task says otherwise
+        assert self._nursery is not None
+        self._nursery.start_soon(self._build_aux_state, fp)
+
     async def _build_aux_state(self, fp: FollowerPartition) -> None:
         self.stats.aux_state_requests.inc()
         # A connection of its own: on the fetcher's, each ListOffsets would wait
@@ -465,11 +495,13 @@ class ReplicaFetcher:
                       connector=self.leader.connector)
         try:
             state = await remote_aux_state.prepare(self.replicas, leader, fp.tp,
-                                                   fp.leader_epoch, self.node_id)
+                                                   fp.leader_epoch, self.node_id,
+                                                   self._last_tiered, fp.probing)
         except Exception as exc:
             self.stats.aux_state_errors.inc()
             fp.aux_failures += 1
             fp.aux_error = f"{type(exc).__name__}: {exc}"
+            fp.probing = fp.probing and fp.aux_failures < MAX_PROBE_FAILURES
             delay = min(self._backoff * 2 ** fp.aux_failures, MAX_AUX_STATE_BACKOFF_S)
             log.warning("rebuilding from the remote tier failed; retrying", topic=fp.tp[0],
                         partition=fp.tp[1], error=f"{type(exc).__name__}: {exc}",
@@ -483,14 +515,20 @@ class ReplicaFetcher:
         if self.partitions.get(fp.tp) is not fp or part is None \
                 or part.leader_epoch != fp.leader_epoch:
             return  # reassigned meanwhile: the new assignment starts over
-        next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
         fp.aux_failures = 0
         fp.aux_error = None
         fp.delayed_until = 0.0
+        probed, fp.probing = fp.probing, False
+        if state is None:
+            self._wake.set()  # nothing tiered above its log end: fetch as usual
+            return
+        next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
         log.info("rebuilt from the remote tier", topic=fp.tp[0], partition=fp.tp[1],
                  segment=str(state.segment.remote_log_segment_id), log_start=state.log_start,
                  fetch_from=next_offset, epochs=len(state.epochs),
-                 producers=len(state.producers))
+                 producers=len(state.producers),
+                 start="last-tiered" if self._last_tiered else "earliest-local",
+                 empty_follower=probed)
         # Fetch the local tail at once, not after the long-poll in flight.
         if self._in_flight is not None:
             self._in_flight.cancel()
