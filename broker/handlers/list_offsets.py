@@ -20,6 +20,8 @@ from protocol.errors import ErrorCode, KafkaApiError
 from replication import partition_queries
 
 READ_COMMITTED = 1
+# The first version with timeout_ms (KIP-1075).
+TIMEOUT_VERSION = 10
 
 
 async def handle_list_offsets(ctx: BrokerContext, header: RequestHeader, req: Any, session: Session) -> Any:
@@ -28,7 +30,8 @@ async def handle_list_offsets(ctx: BrokerContext, header: RequestHeader, req: An
     topic_cls = resp.ListOffsetsTopicResponse
     part_cls = topic_cls.ListOffsetsPartitionResponse
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
-    timeout_ms = getattr(req, "timeout_ms", None)
+    # Decoded requests of every version carry the field (its default before v10).
+    timeout_ms = req.timeout_ms if v >= TIMEOUT_VERSION else None
     deadline = math.inf if timeout_ms is None else trio.current_time() + max(timeout_ms, 0) / 1000
     topics = []
     for t in req.topics:

@@ -22,6 +22,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
+from system_tests import javatool
 from system_tests._proc import RawClient, produce_request
 from system_tests.cluster.cluster import Cluster, wait_for
 from system_tests.cluster.test_tiered_replicas import (
@@ -174,6 +175,14 @@ def test_a_wiped_follower_replicates_only_the_untiered_tail_then_serves_everythi
     # ListOffsets -6: the first offset not tiered; only from v11.
     assert pending_upload(cluster, leader, topic, PENDING_UPLOAD_VERSION) == (NONE, RECORDS - 1)
     assert pending_upload(cluster, leader, topic, 10)[0] == UNSUPPORTED_VERSION
+    # The Java Admin client's OffsetSpec for the same (and the tier's other bounds).
+    b = ["--bootstrap", cluster.brokers[leader].bootstrap]
+    specs = ("earliest-pending-upload", "latest-tiered", "earliest-local")
+    results = javatool.run_batch([["admin", *b, "list-offsets", "--topic", topic, "--spec", spec]
+                                  for spec in specs])
+    assert all(r["exit"] == javatool.EXIT_OK for r in results), results
+    assert [r["result"]["offsets"]["0"]["offset"] for r in results] == [
+        RECORDS - 1, RECORDS - 2, RECORDS - LOCAL]
     victim = next(n for n in (1, 2, 3) if n != leader)
     mark = wipe(cluster, topic, victim)
     # Its local log is the one untiered batch: not the leader's local log from
