@@ -49,14 +49,15 @@ and resets its state.
 Why one module over ~450 lines: the follower state machine, its table and the
 fetch loop that drives it belong together (the table is only readable next to
 the moves the loop makes); the state names alone live in
-``replication.follower_state``.
+``replication.follower_state``, the follower's side of the fetch session in
+``replication.leader_session``, which fetcher follows which partition in
+``replication.fetcher_manager``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +69,8 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
 from replication import remote_aux_state
-from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
 from replication.follower_state import FollowerState
+from replication.leader_session import LeaderSession, Position
 from replication.peer import Peer, PeerError
 from storage.pace import Pacer
 
@@ -131,91 +132,6 @@ def fetcher_index(tp: TopicPartition, fetchers: int) -> int:
     """Kafka's fetcher id: abs(31 * topic.hashCode + partition) % num.replica.fetchers
     (any stable spread does; this one is stable across restarts)."""
     return (zlib.crc32(tp[0].encode()) * 31 + tp[1]) % max(fetchers, 1)
-
-
-# What a fetch request tells the leader about one partition: fetch offset,
-# current leader epoch, last fetched epoch, log start offset.
-Position = tuple[int, int, int, int]
-# In ``LeaderSession.sent``: a partition to name again whatever its position.
-_UNSENT: Position = (-2, -2, -2, -2)
-
-
-class LeaderSession:
-    """The follower's side of its fetch session with one leader (KIP-227's
-    FetchSessionHandler): which request to send next, full or incremental.
-
-    ``sent`` is what the leader's session holds for each partition, as of the
-    last answered request. Opening a session names every fetching partition;
-    after that only the partitions the fetcher reports as changed are named,
-    and only if their position differs from ``sent``: the work per request
-    follows what changed, not how many partitions the session holds.
-    """
-
-    def __init__(self) -> None:
-        self.id = NO_SESSION
-        self.epoch = INITIAL_EPOCH
-        self.sent: dict[TopicPartition, Position] = {}
-        # The request out: (named, forgotten), applied to ``sent`` once answered.
-        self._out: tuple[dict[TopicPartition, Position], list[TopicPartition]] = ({}, [])
-
-    @property
-    def opening(self) -> bool:
-        return self.epoch == INITIAL_EPOCH
-
-    def build(self, changed: dict[TopicPartition, Position], left: Iterable[TopicPartition]
-              ) -> tuple[dict[TopicPartition, Position], list[TopicPartition]]:
-        """(partitions to name with their positions, partitions to forget).
-
-        Args:
-            changed: fetching partitions whose position may have moved (every
-                fetching partition when ``opening``).
-            left: partitions that stopped fetching since the last request.
-        """
-        if self.opening:
-            named, forgotten = dict(changed), []
-        else:
-            named = {tp: pos for tp, pos in changed.items() if self.sent.get(tp) != pos}
-            forgotten = [tp for tp in left if tp in self.sent and tp not in changed]
-        self._out = (named, forgotten)
-        return named, forgotten
-
-    def answered(self, error: ErrorCode, session_id: int) -> bool:
-        """Take the leader's answer to the last request built.
-
-        Returns:
-            False if the leader refused the session (the next request opens a
-            new one, naming every partition).
-        """
-        named, forgotten = self._out
-        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                     ErrorCode.INVALID_FETCH_SESSION_EPOCH):
-            log.info("fetch session refused by the leader; starting a new one",
-                     session=self.id, error=error.name)
-            self.id, self.epoch, self.sent = NO_SESSION, INITIAL_EPOCH, {}
-            return False
-        if self.opening:
-            self.id = session_id
-            self.epoch = INITIAL_EPOCH if session_id == NO_SESSION else 1
-            self.sent = dict(named) if self.id != NO_SESSION else {}
-            return True
-        self.epoch = self.epoch + 1 if self.epoch < 0x7FFFFFFF else 1
-        self.sent.update(named)
-        for tp in forgotten:
-            self.sent.pop(tp, None)
-        return True
-
-    def resend(self, tp: TopicPartition) -> None:
-        """Name ``tp`` in the next request that fetches it, even at the position
-        the leader last heard: it stopped fetching (an error, a truncation), and
-        an answer about it may have been dropped meanwhile; the leader, having
-        answered, would not answer it again until it has news."""
-        if tp in self.sent:
-            self.sent[tp] = _UNSENT
-
-    def reset(self) -> None:
-        """After a lost answer: the next request is full, closing the old session."""
-        self.epoch = INITIAL_EPOCH
-        self.sent = {}
 
 
 class ReplicaFetcher:
@@ -537,77 +453,3 @@ class ReplicaFetcher:
     def _delay(self, fp: FollowerPartition) -> None:
         self._move(fp, S.DELAYED)
         fp.delayed_until = trio.current_time() + self._backoff
-
-
-class FetcherManager:
-    """Which fetcher follows which partition; fetchers start and stop with their partitions."""
-
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 peer_for: Any) -> None:
-        self.config = config
-        self.replicas = replicas
-        self.peer_for = peer_for  # (leader id, fetcher index) -> Peer | None
-        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
-        self.assigned: dict[TopicPartition, tuple[int, int]] = {}
-        self._nursery: trio.Nursery | None = None
-
-    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
-
-    def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
-        """Fetch ``tp`` from ``leader`` (replacing any earlier assignment)."""
-        self.unfollow(tp)
-        key = (leader, fetcher_index(tp, self.config["num.replica.fetchers"]))
-        fetcher = self.fetchers.get(key)
-        if fetcher is None:
-            peer = self.peer_for(*key)
-            if peer is None:
-                log.warning("leader endpoint unknown; not fetching", topic=tp[0],
-                            partition=tp[1], leader=leader)
-                return
-            fetcher = ReplicaFetcher(self.config, self.replicas, peer)
-            self.fetchers[key] = fetcher
-            assert self._nursery is not None
-            self._nursery.start_soon(self._run_fetcher, key, fetcher)
-        fetcher.add(tp, leader_epoch)
-        self.assigned[tp] = key
-
-    def states(self) -> list[tuple[TopicPartition, FollowerState]]:
-        """Every followed partition with its fetcher state (for metrics)."""
-        return [(tp, fp.state) for fetcher in list(self.fetchers.values())
-                for tp, fp in list(fetcher.partitions.items())]
-
-    def describe(self, tp: TopicPartition) -> tuple[str, int, str | None] | None:
-        """``tp``'s fetcher state, failed rebuilds in a row and the last rebuild
-        error; None if not followed here (for DescribeTiering)."""
-        key = self.assigned.get(tp)
-        fetcher = self.fetchers.get(key) if key is not None else None
-        fp = fetcher.partitions.get(tp) if fetcher is not None else None
-        if fp is None:
-            return None
-        return fp.state.value, fp.aux_failures, fp.aux_error
-
-    def unfollow(self, tp: TopicPartition) -> None:
-        key = self.assigned.pop(tp, None)
-        if key is None:
-            return
-        fetcher = self.fetchers.get(key)
-        if fetcher is not None:
-            fetcher.remove(tp)
-            if not fetcher.partitions:
-                del self.fetchers[key]
-                fetcher.cancel_scope.cancel()
-
-    async def _run_fetcher(self, key: tuple[int, int], fetcher: ReplicaFetcher) -> None:
-        try:
-            await fetcher.run()
-        except Exception:
-            log.exception("replica fetcher failed", leader=key[0], fetcher=key[1])
-            self.fetchers.pop(key, None)
-            for tp in [tp for tp, k in self.assigned.items() if k == key]:
-                del self.assigned[tp]
-        finally:
-            await fetcher.leader.close()
