@@ -34,10 +34,15 @@ the partition waits meanwhile. Success restarts its log after the remote
 data and it fetches the local tail; failure is counted and retried with
 exponential backoff (the next fetch gets OFFSET_MOVED_TO_TIERED_STORAGE
 again). With ``follower.fetch.last.tiered.offset.enable`` (KIP-1023) a
-partition of a tiered topic that joins with no local data starts in that
-state ("probing"), since its leader may hold its whole log locally and never
-send it to the tier; a probe that finds nothing tiered above it fetches
-as usual, a failed one is retried like a rebuild, up to MAX_PROBE_FAILURES.
+partition of a tiered topic that joins with no local data is "probing": its
+leader may hold its whole log locally and never answer it
+OFFSET_MOVED_TO_TIERED_STORAGE, so if the first answer shows data the
+follower lacks (the leader's high watermark above its log end), the records
+of that answer are dropped and it enters that state all the same, asking the
+leader where its tier ends. A probe that finds nothing tiered above it
+fetches as usual; a failed one is retried like a rebuild, up to
+MAX_PROBE_FAILURES. A new topic's partitions (nothing to fetch yet) cost no
+probe.
 
 Error handling: a partition's error delays only that partition for
 replica.fetch.backoff.ms; a connection failure delays the whole fetcher and
@@ -161,8 +166,6 @@ class ReplicaFetcher:
         self._left: set[TopicPartition] = set()
         # Fetch requests sent so far.
         self._requests = 0
-        # Probing partitions whose build task is yet to start (``_ready``).
-        self._to_probe: set[TopicPartition] = set()
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         fp = self.partitions[tp] = FollowerPartition(tp, leader_epoch,
@@ -176,10 +179,7 @@ class ReplicaFetcher:
             if (self._last_tiered and lg.config.remote_storage_enable
                     and self.replicas.tiering.manager is not None
                     and lg.end_offset == lg.local_log_start_offset):
-                fp.probing = True
-                self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
-                fp.delayed_until = math.inf  # until the build task says otherwise
-                self._to_probe.add(tp)
+                fp.probing = True  # decided by the leader's first answer (``_apply_partition``)
         # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
         # new partition: cut it short, so a new leader's followers (and so acks=all
         # produce after a failover) start at once. Not an opening one: the leader
@@ -191,7 +191,6 @@ class ReplicaFetcher:
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
-        self._to_probe.discard(tp)
         self._waiting.discard(tp)
         self._changed.discard(tp)
         self._left.add(tp)
@@ -252,8 +251,8 @@ class ReplicaFetcher:
                 self._waiting.discard(tp)
                 continue
             if fp.probing and fp.state is S.BUILDING_REMOTE_AUX_STATE \
-                    and (tp in self._to_probe or now >= fp.delayed_until):
-                self._start_build(fp)  # a probe to start, or to retry after its backoff
+                    and now >= fp.delayed_until:
+                self._start_build(fp)  # a failed probe, retried after its backoff
                 continue
             if fp.state in (S.DELAYED, S.BUILDING_REMOTE_AUX_STATE) and now >= fp.delayed_until:
                 self._move(fp, S.FETCHING)
@@ -325,7 +324,18 @@ class ReplicaFetcher:
 
     def _apply_partition(self, fp: FollowerPartition, p: Any) -> None:
         code = ErrorCode(p.error_code)
+        if code is ErrorCode.NONE and fp.probing:
+            part = self.replicas.get(fp.tp)
+            if part is not None and p.high_watermark > part.log.end_offset:
+                log.info("empty follower of a tiered topic; asking the leader where its "
+                         "tier ends", topic=fp.tp[0], partition=fp.tp[1],
+                         leader=self.leader.node_id, leader_high_watermark=p.high_watermark)
+                self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
+                self._start_build(fp)
+                return
+            fp.probing = False  # nothing it lacks yet: a follower like any other
         if code is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            fp.probing = False
             log.info("follower below the leader's local log start; rebuilding from the "
                      "remote tier", topic=fp.tp[0], partition=fp.tp[1],
                      leader=self.leader.node_id)
@@ -394,7 +404,6 @@ class ReplicaFetcher:
             self._truncate(fp)
 
     def _start_build(self, fp: FollowerPartition) -> None:
-        self._to_probe.discard(fp.tp)
         fp.delayed_until = math.inf  # until the build task says otherwise
         assert self._nursery is not None
         self._nursery.start_soon(self._build_aux_state, fp)

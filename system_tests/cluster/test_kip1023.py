@@ -2,9 +2,12 @@
 over a real ZooKeeper and one shared directory tier.
 
 The topic keeps more locally than the tier needs (local retention of LOCAL
-batches, one batch per segment), so the leader's earliest local offset lies
-well below its last tiered offset: a KIP-405 follower would replicate the
-leader's whole local log, a KIP-1023 one only what is not tiered yet. Every
+batches, one batch per segment, or all of it), so the leader's earliest local
+offset lies well below its last tiered offset: a KIP-405 follower would
+replicate the leader's whole local log, a KIP-1023 one only what is not tiered
+yet. A follower below the leader's local start learns it from
+OFFSET_MOVED_TO_TIERED_STORAGE; one whose leader still holds offset 0 (local
+retention keeping everything) from the leader's first answer. Every
 record is produced by one idempotent producer (raw Produce requests with its
 producer id and sequences), so a rebuilt replica that leads must continue its
 sequences exactly: the next one accepted, a gap refused.
@@ -114,17 +117,19 @@ def pending_upload(cluster: Cluster, node: int, topic: str, version: int) -> tup
 
 
 def start(cluster: Cluster, tmp_path: Path, last_tiered: bool, topic: str,
-          replicas: list[int]) -> Idempotent:
+          replicas: list[int], keep_all: bool = False) -> Idempotent:
     """The cluster over a directory tier (``FLAG`` as given); ``topic`` on
     ``replicas`` with RECORDS idempotent records, tiered up to its last one and
-    trimmed to LOCAL batches on the leader. Returns the producer."""
+    trimmed to LOCAL batches on the leader (``keep_all``: not trimmed at all).
+    Returns the producer."""
+    local = -2 if keep_all else LOCAL * batch_bytes()  # -2: retention.bytes, unlimited
     tier = FsTier(tmp_path / "remote")
     cluster.start({**tiered_config(tier), FLAG: str(last_tiered).lower()})
     admin = cluster.admin()
     try:
         admin.create_topics([NewTopic(topic, replica_assignments={0: replicas}, topic_configs={
             "remote.storage.enable": "true", "segment.bytes": ONE_BATCH_PER_SEGMENT,
-            "min.insync.replicas": "1", "local.retention.bytes": str(LOCAL * batch_bytes())})])
+            "min.insync.replicas": "1", "local.retention.bytes": str(local)})])
     finally:
         admin.close()
     wait_for(f"{topic} led", lambda: cluster.partitions(topic)[0]["leader"] in replicas
@@ -135,11 +140,11 @@ def start(cluster: Cluster, tmp_path: Path, last_tiered: bool, topic: str,
     for seq in range(RECORDS):
         assert producer.send(cluster, leader, topic, seq) == (NONE, seq)
     # Every closed segment tiered (the last batch is the active segment), the
-    # leader's local log trimmed to its last LOCAL batches.
+    # leader's local log trimmed to its last LOCAL batches (or kept whole).
     with client(cluster, leader) as c:
-        wait_for("tiered up to the last closed segment, LOCAL batches kept", lambda: (
+        wait_for("tiered up to the last closed segment, the local log trimmed", lambda: (
             offset_for(c, topic, LATEST_TIERED), offset_for(c, topic, EARLIEST_LOCAL))
-            == (RECORDS - 2, RECORDS - LOCAL))
+            == (RECORDS - 2, 0 if keep_all else RECORDS - LOCAL))
     return producer
 
 
@@ -190,7 +195,7 @@ def test_a_wiped_follower_replicates_only_the_untiered_tail_then_serves_everythi
     assert local_bases(cluster, victim, topic) == [RECORDS - 1]
     assert local_bytes(cluster, victim, topic) == batch_bytes()
     [line] = rebuild_lines(cluster, victim, mark)
-    assert f"fetch_from={RECORDS - 1}" in line and "empty_follower=True" in line, line
+    assert f"fetch_from={RECORDS - 1}" in line and "start=last-tiered" in line, line
 
     # The others die (SIGKILL): the rebuilt replica leads alone, serves every
     # offset (those below its local start from the tier) and continues the
@@ -210,7 +215,9 @@ def test_a_wiped_follower_replicates_only_the_untiered_tail_then_serves_everythi
 
 def test_a_replica_added_by_a_reassignment_starts_after_the_tier(
         cluster: Cluster, topic: str, tmp_path: Path) -> None:
-    start(cluster, tmp_path, True, topic, [1, 2])
+    """The leader keeps its whole log locally: the new replica is never sent
+    OFFSET_MOVED_TO_TIERED_STORAGE, and still replicates only the untiered batch."""
+    start(cluster, tmp_path, True, topic, [1, 2], keep_all=True)
     admin = cluster.admin()
     try:
         answer = admin.alter_partition_reassignments({TopicPartition(topic, 0): [1, 2, 3]})
@@ -222,7 +229,7 @@ def test_a_replica_added_by_a_reassignment_starts_after_the_tier(
     assert local_bases(cluster, 3, topic) == [RECORDS - 1]
     assert local_bytes(cluster, 3, topic) == batch_bytes()
     [line] = rebuild_lines(cluster, 3, 0)
-    assert f"fetch_from={RECORDS - 1}" in line, line
+    assert f"fetch_from={RECORDS - 1}" in line and "empty_follower=True" in line, line
 
 
 def test_with_the_flag_off_a_wiped_follower_replicates_the_leaders_local_log(
@@ -236,4 +243,4 @@ def test_with_the_flag_off_a_wiped_follower_replicates_the_leaders_local_log(
     assert local_bases(cluster, victim, topic)[0] == RECORDS - LOCAL
     assert local_bytes(cluster, victim, topic) == LOCAL * batch_bytes()
     [line] = rebuild_lines(cluster, victim, mark)
-    assert f"fetch_from={RECORDS - LOCAL}" in line and "empty_follower=False" in line, line
+    assert f"fetch_from={RECORDS - LOCAL}" in line and "start=earliest-local" in line, line
