@@ -66,6 +66,12 @@ BROKER_DEFS: list[ConfigDef] = [
               "Samples in the remote fetch quota window.", at_least=1),
     ConfigDef("remote.log.manager.fetch.quota.window.size.seconds", T.INT, 1,
               "Seconds per remote fetch quota sample.", at_least=1),
+    ConfigDef("follower.fetch.last.tiered.offset.enable", T.BOOLEAN, True,
+              "A follower with no local data, or below its leader's local log start, "
+              "rebuilds from the remote tier and replicates from the leader's last tiered "
+              "offset + 1 (KIP-1023) instead of from the leader's local log start "
+              "(KIP-405). On by default here (Kafka: off): it is what makes a rebuilt "
+              "replica copy only the untiered tail; false keeps the KIP-405 path."),
     ConfigDef("log.local.retention.ms", T.LONG, -2,
               "Local retention time of tiered topics; -2 = use log.retention.ms.", at_least=-2),
     ConfigDef("log.local.retention.bytes", T.LONG, -2,

@@ -51,7 +51,7 @@ SUPPORTED: dict[int, ApiSpec] = {
         # v12: a transactions-v2 client's batches add their partitions (KIP-890).
         _spec(producer.ProduceRequest, producer.ProduceResponse, 3, 12),
         _spec(consumer.FetchRequest, consumer.FetchResponse, 4, 17),
-        _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 9),
+        _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 11),
         _spec(metadata.MetadataRequest, metadata.MetadataResponse, 1, 12),
         _spec(consumer.OffsetForLeaderEpochRequest, consumer.OffsetForLeaderEpochResponse, 2, 4),
         _spec(metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 4),

@@ -102,6 +102,7 @@ remote.fetch.max.wait.ms remote.log.manager.copy.max.bytes.per.second
 remote.log.manager.fetch.max.bytes.per.second remote.log.manager.copy.quota.window.num
 remote.log.manager.copy.quota.window.size.seconds remote.log.manager.fetch.quota.window.num
 remote.log.manager.fetch.quota.window.size.seconds log.local.retention.ms
+follower.fetch.last.tiered.offset.enable
 log.local.retention.bytes
 cleanup.policy delete.retention.ms file.delete.delay.ms flush.messages flush.ms
 follower.replication.throttled.replicas index.interval.bytes
