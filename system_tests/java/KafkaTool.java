@@ -501,6 +501,7 @@ public final class KafkaTool {
                     case "broker-configs-describe", "broker-configs-alter" -> BrokerConfigOps.run(admin, args);
                     case "list-groups", "describe-consumer-groups", "delete-groups" ->
                         GroupOps.run(admin, args);
+                    case "describe-features", "update-features" -> FeatureOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -902,6 +903,59 @@ public final class KafkaTool {
                     Integer.parseInt(args.required("coordinator-epoch")));
             admin.abortTransaction(spec).all().get();
             return Map.of("aborted", tp.topic() + ":" + tp.partition());
+        }
+    }
+
+    /** The cluster's finalized features (KIP-584), as kafka-features describes and changes them. */
+    static final class FeatureOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "describe-features" -> describe(admin);
+                case "update-features" -> update(admin, args);
+                default -> throw new IllegalArgumentException("unknown feature op " + args.positional().get(0));
+            };
+        }
+
+        /** Finalized levels, supported ranges and the finalized-features epoch. */
+        static Map<String, Object> describe(Admin admin) throws Exception {
+            var metadata = admin.describeFeatures().featureMetadata().get();
+            Map<String, Object> finalized = new TreeMap<>();
+            metadata.finalizedFeatures().forEach((name, range) -> finalized.put(name, (int) range.maxVersionLevel()));
+            Map<String, Object> supported = new TreeMap<>();
+            metadata.supportedFeatures().forEach((name, range) ->
+                    supported.put(name, List.of((int) range.minVersion(), (int) range.maxVersion())));
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("finalized", finalized);
+            body.put("supported", supported);
+            body.put("epoch", metadata.finalizedFeaturesEpoch().orElse(null));
+            return body;
+        }
+
+        /** --feature name=level (repeatable), --upgrade-type upgrade|safe|unsafe, --validate-only;
+         *  each feature's outcome: NONE or the exception's class and message. */
+        static Map<String, Object> update(Admin admin, Args args) throws Exception {
+            var type = switch (args.get("upgrade-type", "upgrade")) {
+                case "upgrade" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UPGRADE;
+                case "safe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.SAFE_DOWNGRADE;
+                case "unsafe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UNSAFE_DOWNGRADE;
+                default -> throw new IllegalArgumentException("unknown upgrade type " + args.get("upgrade-type", ""));
+            };
+            Map<String, org.apache.kafka.clients.admin.FeatureUpdate> updates = new LinkedHashMap<>();
+            for (String kv : args.all("feature")) {
+                String[] parts = kv.split("=", 2);
+                updates.put(parts[0], new org.apache.kafka.clients.admin.FeatureUpdate(Short.parseShort(parts[1]), type));
+            }
+            var options = new org.apache.kafka.clients.admin.UpdateFeaturesOptions().validateOnly(args.flag("validate-only"));
+            Map<String, Object> results = new TreeMap<>();
+            for (var e : admin.updateFeatures(updates, options).values().entrySet()) {
+                try {
+                    e.getValue().get();
+                    results.put(e.getKey(), "NONE");
+                } catch (ExecutionException ex) {
+                    results.put(e.getKey(), ex.getCause().getClass().getSimpleName() + ": " + ex.getCause().getMessage());
+                }
+            }
+            return Map.of("results", results);
         }
     }
 
