@@ -29,6 +29,7 @@ from broker.dynamic_config import (
     ZkDynamicConfigStore,
 )
 from broker.features import ClusterFeatures, LocalFeatureStore
+from broker.group_configs import GroupConfigs, LocalGroupConfigStore, ZkGroupConfigStore
 from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
 from broker.security.acl_store import build_acl_store
@@ -137,6 +138,12 @@ async def run(config: BrokerConfig) -> None:
                                       if ctx.cluster is not None
                                       else LocalFeatureStore(config.log_dir))
     await ctx.features.load()
+    ctx.group_configs = GroupConfigs(config, ZkGroupConfigStore(ctx.cluster.zk)
+                                     if ctx.cluster is not None
+                                     else LocalGroupConfigStore(config.log_dir))
+    await ctx.group_configs.load()
+    if ctx.groups is not None:
+        ctx.groups.consumer.group_config = ctx.group_configs.value
     ctx.client_telemetry = client_telemetry = ClientTelemetry(
         subscription_from_config(config["tierd.client.metrics.names"],
                                  config["tierd.client.metrics.interval.ms"]),
@@ -161,6 +168,7 @@ async def run(config: BrokerConfig) -> None:
             nursery.start_soon(ctx.quotas.run)
             nursery.start_soon(dynamic.run)
             nursery.start_soon(ctx.features.run)
+            nursery.start_soon(ctx.group_configs.run)
             if ctx.acls is not None:
                 nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)

@@ -154,6 +154,18 @@ _DEFS: list[ConfigDef] = [
               "members of consumer-protocol groups (KIP-848).", at_least=1),
     ConfigDef("group.consumer.heartbeat.interval.ms", T.INT, 5000, "Heartbeat interval given "
               "to members of consumer-protocol groups (KIP-848).", at_least=1),
+    ConfigDef("group.consumer.min.session.timeout.ms", T.INT, 45000, "Smallest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.session.timeout.ms", T.INT, 60000, "Largest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "Smallest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "Largest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
     ConfigDef("group.consumer.assignors", T.LIST, ["uniform", "range"], "Server-side assignors "
               "of consumer-protocol groups, the first being the default (uniform, range).",
               check=_assignors_check),

@@ -92,7 +92,7 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(consumer_group_apis.ConsumerGroupHeartbeatRequest,
               consumer_group_apis.ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(consumer_group_apis.ConsumerGroupDescribeRequest,
-              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 0),
+              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 1),
         # Transactions (broker/handlers/transactions.py); EndTxn v5 and
         # TxnOffsetCommit v5 are transactions v2 (KIP-890 part 2).
         _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 5),

@@ -141,6 +141,10 @@ class ConsumerGroups:
         self.timers = timers
         self.on_change = on_change
         self.assignors = [CONSUMER_ASSIGNORS[a] for a in config["group.consumer.assignors"]]
+        # A group's value of a group config key ("consumer.session.timeout.ms"):
+        # the broker's group.<key>, unless broker/group_configs.py installs its own.
+        self.group_config: Callable[[str, str], int] = (
+            lambda group_id, key: int(config[f"group.{key}"]))
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------
 
@@ -247,7 +251,8 @@ class ConsumerGroups:
             and req.owned is not None)
         changed = member.assigned != before
         return HeartbeatResult(E.NONE, None, member.member_id, member.member_epoch,
-                               self.config["group.consumer.heartbeat.interval.ms"],
+                               self.group_config(group.group_id,
+                                                 "consumer.heartbeat.interval.ms"),
                                copy_partitions(member.assigned) if full or changed else None)
 
     def _member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
@@ -399,7 +404,7 @@ class ConsumerGroups:
         self.timers.cancel(("consumer-revoke", group.group_id, member_id))
 
     def _arm_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        timeout = self.config["group.consumer.session.timeout.ms"] / 1000
+        timeout = self.group_config(group.group_id, "consumer.session.timeout.ms") / 1000
         self.timers.schedule(("consumer-session", group.group_id, member.member_id),
                              trio.current_time() + timeout,
                              lambda: self._session_expired(group, member))

@@ -29,6 +29,10 @@ from protocol.consumer_group_apis import (
 from protocol.errors import ErrorCode
 from protocol.features import GROUP_VERSION
 
+# ConsumerGroupDescribe v1's MemberType (KIP-1099) of a member that joined
+# through ConsumerGroupHeartbeat.
+CONSUMER_MEMBER = 1
+
 
 def topic_view(ctx: BrokerContext) -> TopicView:
     """The broker's topics (ids, partition counts, names) from its metadata cache."""
@@ -125,7 +129,8 @@ def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=sorted(m.subscribed), subscribed_topic_regex=m.regex,
         assignment=assignment(m.assigned),
-        target_assignment=assignment(group.target.get(m.member_id, {})))
+        target_assignment=assignment(group.target.get(m.member_id, {})),
+        member_type=CONSUMER_MEMBER)
         for m in group.members.values()]
     return group_cls(error_code=0, error_message=None, group_id=group.group_id,
                      group_state=group.state.value, group_epoch=group.group_epoch,

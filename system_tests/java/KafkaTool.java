@@ -502,6 +502,8 @@ public final class KafkaTool {
                     case "list-groups", "describe-consumer-groups", "delete-groups" ->
                         GroupOps.run(admin, args);
                     case "describe-features", "update-features" -> FeatureOps.run(admin, args);
+                    case "group-configs-describe", "group-configs-alter", "describe-member-types" ->
+                        GroupConfigOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -956,6 +958,65 @@ public final class KafkaTool {
                 }
             }
             return Map.of("results", results);
+        }
+    }
+
+    /** Per-group configs (ConfigResource.Type.GROUP) and KIP-1099 member types of consumer groups. */
+    static final class GroupConfigOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, args.required("group"));
+            return switch (args.positional().get(0)) {
+                case "group-configs-describe" -> describe(admin, resource);
+                case "group-configs-alter" -> alter(admin, resource, args);
+                case "describe-member-types" -> memberTypes(admin, args.required("group"));
+                default -> throw new IllegalArgumentException("unknown group config op " + args.positional().get(0));
+            };
+        }
+
+        /** Each entry's value, source and synonyms, or the error's class and message. */
+        static Map<String, Object> describe(Admin admin, ConfigResource resource) throws Exception {
+            Config config;
+            try {
+                config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            } catch (ExecutionException e) {
+                return Map.of("error", e.getCause().getClass().getSimpleName());
+            }
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : config.entries()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("value", e.value());
+                m.put("source", e.source().toString());
+                m.put("default", e.isDefault());
+                entries.put(e.name(), m);
+            }
+            return Map.of("configs", entries);
+        }
+
+        /** incrementalAlterConfigs with --set k=v, --delete k, --validate-only; "NONE" or the error. */
+        static Map<String, Object> alter(Admin admin, ConfigResource resource, Args args) throws Exception {
+            List<AlterConfigOp> ops = new ArrayList<>();
+            for (String kv : args.all("set")) {
+                String[] parts = kv.split("=", 2);
+                ops.add(new AlterConfigOp(new ConfigEntry(parts[0], parts[1]), AlterConfigOp.OpType.SET));
+            }
+            for (String k : args.all("delete")) {
+                ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+            }
+            var options = new org.apache.kafka.clients.admin.AlterConfigsOptions().validateOnly(args.flag("validate-only"));
+            try {
+                admin.incrementalAlterConfigs(Map.of(resource, ops), options).all().get();
+                return Map.of("result", "NONE");
+            } catch (ExecutionException e) {
+                return Map.of("result", e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage());
+            }
+        }
+
+        /** Each member's MemberDescription.upgraded() (ConsumerGroupDescribe v1's MemberType). */
+        static Map<String, Object> memberTypes(Admin admin, String group) throws Exception {
+            var described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            Map<String, Object> members = new TreeMap<>();
+            for (var m : described.members()) members.put(m.consumerId(), m.upgraded().map(Object::toString).orElse("unknown"));
+            return Map.of("type", described.type().toString(), "members", members);
         }
     }
 
