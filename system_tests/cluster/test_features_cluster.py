@@ -1,7 +1,14 @@
-"""Finalized features (KIP-584) on three tierd brokers and a real ZooKeeper: the
-first broker seeds Kafka's /feature znode, the Java Admin's updateFeatures
-through one broker rewrites it, and every broker's ApiVersions follows with
-the same levels and epoch (the znode's version), also after a restart.
+"""Cluster state kept in ZooKeeper, on three tierd brokers (one cluster start
+for both, to keep the suite short):
+
+* finalized features (KIP-584): the first broker seeds Kafka's /feature
+  znode, the Java Admin's updateFeatures through one broker rewrites it, and
+  every broker's ApiVersions follows with the same levels and epoch (the
+  znode's version), also after a restart;
+* group configs (KIP-848): an incrementalAlterConfigs of a group through one
+  broker is kept in /config/groups/<group> (Kafka's config node layout, with
+  a change notification), and every broker describes it, also one restarted
+  since.
 """
 
 from __future__ import annotations
@@ -9,12 +16,39 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kazoo.client import KazooClient
 
 from system_tests import javatool
 from system_tests._proc import RawClient
 from system_tests.cluster.cluster import Cluster, wait_for
+
+GROUP = 32
+INTERVAL = "consumer.heartbeat.interval.ms"
+GROUP_CONFIG = 8
+
+
+def described_by(cluster: Cluster, node: int, group: str) -> tuple[str, int]:
+    host, port = cluster.brokers[node].bootstrap.rsplit(":", 1)
+    req = DescribeConfigsRequest[4](resources=[(GROUP, group, [INTERVAL])],
+                                    include_synonyms=False, include_documentation=False)
+    with RawClient(host, int(port)) as client:
+        [result] = client.request(req, 4, DescribeConfigsResponse[4]).results
+    assert result.error_code == 0, result
+    [entry] = result.configs
+    return entry.value, entry.config_source
+
+
+def group_znode(cluster: Cluster, group: str) -> dict[str, Any]:
+    zk = KazooClient(hosts=cluster.zk_connect, timeout=10)
+    zk.start()
+    try:
+        data, _ = zk.get(f"/config/groups/{group}")
+    finally:
+        zk.stop()
+        zk.close()
+    return dict(json.loads(data))
 
 
 def finalized_on(cluster: Cluster, node: int) -> tuple[dict[str, int], int]:
@@ -44,7 +78,7 @@ def java_admin(cluster: Cluster, node: int, *args: str) -> dict[str, Any]:
     return javatool.run(["admin", "--bootstrap", cluster.brokers[node].bootstrap, *args])
 
 
-def test_a_level_change_reaches_every_broker(cluster: Cluster) -> None:
+def test_levels_and_group_configs_reach_every_broker(cluster: Cluster) -> None:
     cluster.start({"tierd.transaction.version": "1"})
     nodes = sorted(cluster.brokers)
     seeded = ({"transaction.version": 1, "group.version": 1}, 0)
@@ -79,7 +113,18 @@ def test_a_level_change_reaches_every_broker(cluster: Cluster) -> None:
         wait_for(f"broker {node} to drop group.version",
                  lambda node=node: finalized_on(cluster, node) == want or None)
 
-    # The stored levels outlive a restart, whatever tierd.transaction.version says.
+    group = "cluster-gc"
+    altered = java_admin(cluster, 2, "group-configs-alter", "--group", group,
+                         "--set", f"{INTERVAL}=7000")
+    assert altered["result"] == "NONE"
+    assert group_znode(cluster, group) == {"version": 1, "config": {INTERVAL: "7000"}}
+    for node in nodes:
+        wait_for(f"broker {node} to describe the group's value",
+                 lambda node=node: described_by(cluster, node, group)
+                 == ("7000", GROUP_CONFIG) or None)
+
+    # Both outlive a restart, whatever tierd.transaction.version says.
     cluster.brokers[1].restart()
     wait_for("broker 1 back with the stored levels",
              lambda: finalized_on(cluster, 1) == want or None)
+    assert described_by(cluster, 1, group) == ("7000", GROUP_CONFIG)
