@@ -165,6 +165,18 @@ _DEFS: list[ConfigDef] = [
               "members of consumer-protocol groups (KIP-848).", at_least=1),
     ConfigDef("group.consumer.heartbeat.interval.ms", T.INT, 5000, "Heartbeat interval given "
               "to members of consumer-protocol groups (KIP-848).", at_least=1),
+    ConfigDef("group.consumer.min.session.timeout.ms", T.INT, 45000, "Smallest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.session.timeout.ms", T.INT, 60000, "Largest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "Smallest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "Largest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
     ConfigDef("group.consumer.assignors", T.LIST, ["uniform", "range"], "Server-side assignors "
               "of consumer-protocol groups, the first being the default (uniform, range).",
               check=_assignors_check),
@@ -207,10 +219,11 @@ _DEFS: list[ConfigDef] = [
               "leader appends a transactional batch (transactions v1), ask the transaction "
               "coordinator whether the partition is in the open transaction (KIP-890 part 1); "
               "a partition outside it is refused with INVALID_TXN_STATE."),
-    ConfigDef("tierd.transaction.version", T.SHORT, 2, "The finalized transaction.version "
-              "feature level ApiVersions advertises (KIP-890): 2 lets clients use "
-              "transactions v2 (an epoch bump per transaction, partitions added by Produce); "
-              "0 keeps every client on transactions v1.", at_least=0, at_most=2),
+    ConfigDef("tierd.transaction.version", T.SHORT, 2, "The transaction.version feature "
+              "level (KIP-890) a cluster is finalized at while no levels are stored yet "
+              "(UpdateFeatures changes them later): 2 lets clients use transactions v2 (an "
+              "epoch bump per transaction, partitions added by Produce); 0 keeps every "
+              "client on transactions v1.", at_least=0, at_most=2),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 3, "Replication factor of "
               "__consumer_offsets (cluster mode).", at_least=1),
     ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3, "Replication factor of "

@@ -64,6 +64,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
         _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
         _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
+        # KIP-584 finalized features (broker/handlers/features.py).
+        _spec(admin.UpdateFeaturesRequest, admin.UpdateFeaturesResponse, 0, 2),
         # KIP-966 paged topic descriptions (broker/topic_partitions_page.py).
         _spec(admin.DescribeTopicPartitionsRequest, admin.DescribeTopicPartitionsResponse, 0, 0),
         # Preferred and unclean elections on demand (cluster mode: the controller).

@@ -76,7 +76,8 @@ log.message.timestamp.after.max.ms log.preallocate compression.type min.insync.r
 fetch.max.bytes unclean.leader.election.enable group.min.session.timeout.ms
 group.max.session.timeout.ms group.initial.rebalance.delay.ms offsets.topic.num.partitions
 group.consumer.session.timeout.ms group.consumer.heartbeat.interval.ms group.consumer.assignors
-group.consumer.max.size
+group.consumer.max.size group.consumer.min.session.timeout.ms group.consumer.max.session.timeout.ms
+group.consumer.min.heartbeat.interval.ms group.consumer.max.heartbeat.interval.ms
 group.consumer.migration.policy
 offsets.topic.segment.bytes offsets.retention.minutes offsets.retention.check.interval.ms
 offsets.commit.timeout.ms offset.metadata.max.bytes request.timeout.ms

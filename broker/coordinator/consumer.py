@@ -151,6 +151,10 @@ class ConsumerGroups:
         self.upgrade = upgrade
         self.downgrade = downgrade
         self.assignors = [CONSUMER_ASSIGNORS[a] for a in config["group.consumer.assignors"]]
+        # A group's value of a group config key ("consumer.session.timeout.ms"):
+        # the broker's group.<key>, unless broker/group_configs.py installs its own.
+        self.group_config: Callable[[str, str], int] = (
+            lambda group_id, key: int(config[f"group.{key}"]))
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------
 
@@ -260,7 +264,8 @@ class ConsumerGroups:
             and req.owned is not None)
         changed = member.assigned != before
         return HeartbeatResult(E.NONE, None, member.member_id, member.member_epoch,
-                               self.config["group.consumer.heartbeat.interval.ms"],
+                               self.group_config(group.group_id,
+                                                 "consumer.heartbeat.interval.ms"),
                                copy_partitions(member.assigned) if full or changed else None)
 
     def _member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
@@ -419,7 +424,7 @@ class ConsumerGroups:
 
     def arm_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         timeout = (member.classic.session_timeout_ms if member.classic is not None
-                   else self.config["group.consumer.session.timeout.ms"]) / 1000
+                   else self.group_config(group.group_id, "consumer.session.timeout.ms")) / 1000
         self.timers.schedule(("consumer-session", group.group_id, member.member_id),
                              trio.current_time() + timeout,
                              lambda: self._session_expired(group, member))

@@ -505,6 +505,9 @@ public final class KafkaTool {
                         GroupOps.run(admin, args);
                     case "group-offsets" -> MigrationOps.groupOffsets(admin, args.required("group"));
                     case "member-protocols" -> MigrationOps.memberProtocols(admin, args.required("group"));
+                    case "describe-features", "update-features" -> FeatureOps.run(admin, args);
+                    case "group-configs-describe", "group-configs-alter", "describe-member-types" ->
+                        GroupConfigOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -906,6 +909,118 @@ public final class KafkaTool {
                     Integer.parseInt(args.required("coordinator-epoch")));
             admin.abortTransaction(spec).all().get();
             return Map.of("aborted", tp.topic() + ":" + tp.partition());
+        }
+    }
+
+    /** The cluster's finalized features (KIP-584), as kafka-features describes and changes them. */
+    static final class FeatureOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "describe-features" -> describe(admin);
+                case "update-features" -> update(admin, args);
+                default -> throw new IllegalArgumentException("unknown feature op " + args.positional().get(0));
+            };
+        }
+
+        /** Finalized levels, supported ranges and the finalized-features epoch. */
+        static Map<String, Object> describe(Admin admin) throws Exception {
+            var metadata = admin.describeFeatures().featureMetadata().get();
+            Map<String, Object> finalized = new TreeMap<>();
+            metadata.finalizedFeatures().forEach((name, range) -> finalized.put(name, (int) range.maxVersionLevel()));
+            Map<String, Object> supported = new TreeMap<>();
+            metadata.supportedFeatures().forEach((name, range) ->
+                    supported.put(name, List.of((int) range.minVersion(), (int) range.maxVersion())));
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("finalized", finalized);
+            body.put("supported", supported);
+            body.put("epoch", metadata.finalizedFeaturesEpoch().orElse(null));
+            return body;
+        }
+
+        /** --feature name=level (repeatable), --upgrade-type upgrade|safe|unsafe, --validate-only;
+         *  each feature's outcome: NONE or the exception's class and message. */
+        static Map<String, Object> update(Admin admin, Args args) throws Exception {
+            var type = switch (args.get("upgrade-type", "upgrade")) {
+                case "upgrade" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UPGRADE;
+                case "safe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.SAFE_DOWNGRADE;
+                case "unsafe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UNSAFE_DOWNGRADE;
+                default -> throw new IllegalArgumentException("unknown upgrade type " + args.get("upgrade-type", ""));
+            };
+            Map<String, org.apache.kafka.clients.admin.FeatureUpdate> updates = new LinkedHashMap<>();
+            for (String kv : args.all("feature")) {
+                String[] parts = kv.split("=", 2);
+                updates.put(parts[0], new org.apache.kafka.clients.admin.FeatureUpdate(Short.parseShort(parts[1]), type));
+            }
+            var options = new org.apache.kafka.clients.admin.UpdateFeaturesOptions().validateOnly(args.flag("validate-only"));
+            Map<String, Object> results = new TreeMap<>();
+            for (var e : admin.updateFeatures(updates, options).values().entrySet()) {
+                try {
+                    e.getValue().get();
+                    results.put(e.getKey(), "NONE");
+                } catch (ExecutionException ex) {
+                    results.put(e.getKey(), ex.getCause().getClass().getSimpleName() + ": " + ex.getCause().getMessage());
+                }
+            }
+            return Map.of("results", results);
+        }
+    }
+
+    /** Per-group configs (ConfigResource.Type.GROUP) and KIP-1099 member types of consumer groups. */
+    static final class GroupConfigOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, args.required("group"));
+            return switch (args.positional().get(0)) {
+                case "group-configs-describe" -> describe(admin, resource);
+                case "group-configs-alter" -> alter(admin, resource, args);
+                case "describe-member-types" -> memberTypes(admin, args.required("group"));
+                default -> throw new IllegalArgumentException("unknown group config op " + args.positional().get(0));
+            };
+        }
+
+        /** Each entry's value, source and synonyms, or the error's class and message. */
+        static Map<String, Object> describe(Admin admin, ConfigResource resource) throws Exception {
+            Config config;
+            try {
+                config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            } catch (ExecutionException e) {
+                return Map.of("error", e.getCause().getClass().getSimpleName());
+            }
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : config.entries()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("value", e.value());
+                m.put("source", e.source().toString());
+                m.put("default", e.isDefault());
+                entries.put(e.name(), m);
+            }
+            return Map.of("configs", entries);
+        }
+
+        /** incrementalAlterConfigs with --set k=v, --delete k, --validate-only; "NONE" or the error. */
+        static Map<String, Object> alter(Admin admin, ConfigResource resource, Args args) throws Exception {
+            List<AlterConfigOp> ops = new ArrayList<>();
+            for (String kv : args.all("set")) {
+                String[] parts = kv.split("=", 2);
+                ops.add(new AlterConfigOp(new ConfigEntry(parts[0], parts[1]), AlterConfigOp.OpType.SET));
+            }
+            for (String k : args.all("delete")) {
+                ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+            }
+            var options = new org.apache.kafka.clients.admin.AlterConfigsOptions().validateOnly(args.flag("validate-only"));
+            try {
+                admin.incrementalAlterConfigs(Map.of(resource, ops), options).all().get();
+                return Map.of("result", "NONE");
+            } catch (ExecutionException e) {
+                return Map.of("result", e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage());
+            }
+        }
+
+        /** Each member's MemberDescription.upgraded() (ConsumerGroupDescribe v1's MemberType). */
+        static Map<String, Object> memberTypes(Admin admin, String group) throws Exception {
+            var described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            Map<String, Object> members = new TreeMap<>();
+            for (var m : described.members()) members.put(m.consumerId(), m.upgraded().map(Object::toString).orElse("unknown"));
+            return Map.of("type", described.type().toString(), "members", members);
         }
     }
 
