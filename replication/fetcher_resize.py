@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import structlog
 
-from replication.fetcher import FetcherManager, fetcher_index
+from replication.fetcher import fetcher_index
+from replication.fetcher_manager import FetcherManager
 
 log = structlog.get_logger(__name__)
 
