@@ -127,6 +127,8 @@ rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connecti
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
 rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
 rsm.config.fetch.prefetch.max.chunks
+rlmm.config.remote.log.metadata.snapshot.interval.ms
+rlmm.config.remote.log.metadata.compaction.min.superseded.records
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -139,6 +141,13 @@ DESCRIPTIONS: dict[str, str] = {
     "rlmm.config.remote.log.metadata.topic.retention.ms":
         "retention.ms of __remote_log_metadata when the broker creates it; -1 keeps every "
         "record.",
+    "rlmm.config.remote.log.metadata.snapshot.interval.ms":
+        "How often the metadata manager writes its snapshot files and committed offsets, "
+        "then compacts the metadata partitions this broker leads that are worth it.",
+    "rlmm.config.remote.log.metadata.compaction.min.superseded.records":
+        "A metadata partition is compacted (its live state restated at its end, every "
+        "record before dropped) once at least this many of its records are superseded and "
+        "they outnumber the restatement; -1 never compacts.",
 }
 
 
@@ -250,7 +259,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import chunk_cache, filesystem, s3
+    from storage.remote import chunk_cache, filesystem, rlmm_compaction, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -298,6 +307,10 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
         ConfigDef(RLMM_PREFIX + RLMM_REPLICATION_FACTOR_CONFIG, ConfigType.SHORT,
                   DEFAULT_RLMM_REPLICATION_FACTOR, ""),
         ConfigDef(RLMM_PREFIX + RLMM_RETENTION_CONFIG, ConfigType.LONG, -1, ""),
+        ConfigDef(RLMM_PREFIX + rlmm_compaction.SNAPSHOT_INTERVAL_CONFIG, ConfigType.LONG,
+                  rlmm_compaction.DEFAULT_SNAPSHOT_INTERVAL_MS, ""),
+        ConfigDef(RLMM_PREFIX + rlmm_compaction.MIN_SUPERSEDED_CONFIG, ConfigType.LONG,
+                  rlmm_compaction.DEFAULT_MIN_SUPERSEDED, ""),
     ]
     rlmm_rows = [_row(d, "broker") for d in rlmm_defs]
 
