@@ -177,6 +177,10 @@ class InternalTopic:
     def log_end_offset(self, partition: int) -> int:
         return self.replicas.partition((self.name, partition)).log.end_offset
 
+    def roll(self, partition: int) -> None:
+        """Start a new segment of ``partition`` at its log end."""
+        self.replicas.partition((self.name, partition)).log.roll()
+
     def delete_records(self, partition: int, offset: int) -> int:
         """Move the log start of ``partition`` (led here) to ``offset``; the new log start."""
         return partition_queries.delete_records(self.replicas, (self.name, partition), offset)

@@ -49,6 +49,10 @@ def _append_at_end(topic: InternalTopic, partition: int, build: Build) -> int | 
     pairs = build(end)
     if not pairs:
         return None
+    # A new segment: once the log start moves here, every older segment is
+    # wholly below it and its file goes at once (a follower frees its own
+    # when its segment holding the log start rolls, as with retention).
+    topic.roll(partition)
     first = None
     for i in range(0, len(pairs), APPEND_AT_END_BATCH_RECORDS):
         result = topic.append_records(partition, pairs[i:i + APPEND_AT_END_BATCH_RECORDS])

@@ -45,8 +45,11 @@ async def test_append_at_end_then_delete_before_moves_the_log_start(tmp_path):
     assert metadata_log.append_at_end(0, build) == 3
     assert ends == [3]  # called with the committed end, right where the records went
     assert metadata_log.append_at_end(0, lambda end: None) is None
+    lg = node.replicas.partition((REMOTE_LOG_METADATA_TOPIC, 0)).log
+    assert [seg.base_offset for seg in lg.segments] == [0, 3]  # rolled for the new records
     await metadata_log.delete_before(0, 3)
     assert metadata_log.start_offset(0) == 3
+    assert [seg.base_offset for seg in lg.segments] == [3]  # the old file is gone
     # Below the log start a read starts at the log start; keys come back.
     assert [tuple(r) for r in await metadata_log.read(0, 0, 1 << 20)] == \
         [(3, b"k", b"new-0"), (4, b"k", b"new-1")]
