@@ -344,8 +344,10 @@ class TopicBasedRemoteLogMetadataManager:
                 if record.offset == through:
                     refused = error
                 state.next_offset = record.offset + 1
-        if through is None and state.assigned:
+        if through is None and state.assigned and not state.ready:
             state.ready = True
+            log.info("remote log metadata caught up", metadata_partition=p,
+                     next_offset=state.next_offset, user_partitions=len(state.caches))
         return refused
 
     # -- snapshots -----------------------------------------------------------
@@ -390,7 +392,12 @@ class TopicBasedRemoteLogMetadataManager:
             self._committed = committed
 
     async def _compact_all(self) -> None:
-        for p in sorted(self._partitions):
+        # Every metadata partition led here, hosted user partitions or not
+        # (one that is not assigned is folded here only for this).
+        for p in range(self.num_partitions):
+            if self._log.start_offset(p) is None:
+                continue
+            self._partitions.setdefault(p, self._new_partition(p))
             try:
                 await self.compact(p)
             except Exception:  # retried next interval; nothing was lost (see compact)

@@ -33,6 +33,9 @@ which everyone skips). Followers of the metadata partition copy the log as
 it is and move their log start with the leader's, so every replica holds the
 same records.
 
+A metadata partition with nothing live left has nothing to restate: it
+keeps its records until something live is written to it again.
+
 A restatement restores state as a local snapshot file does
 (``RemoteLogMetadataCache.restore``), with the same two losses documented
 there; nothing a live segment needs is lost.
@@ -123,9 +126,10 @@ async def compact(metadata_log: MetadataLog, p: int, state: MetadataPartition,
                   min_superseded: int, catch_up: CatchUp) -> bool:
     """Restate metadata partition ``p`` at its end and drop every record before.
 
-    Only where this broker leads ``p`` and has folded all of it; only when
-    worth it (``worth_compacting``). ``catch_up(p, state)`` folds the
-    records not folded yet (the caller holds ``state.lock``). Returns
+    Only where this broker leads ``p`` (``state`` is caught up here first,
+    whether or not it hosts user partitions of ``p``); only when worth it
+    (``worth_compacting``). ``catch_up(p, state)`` folds the records not
+    folded yet (the caller holds ``state.lock``). Returns
     whether it compacted.
 
     Error handling: a crash or failure before the log start moves leaves
@@ -133,7 +137,7 @@ async def compact(metadata_log: MetadataLog, p: int, state: MetadataPartition,
     nothing is lost, the next interval tries again.
     """
     start = metadata_log.start_offset(p)
-    if start is None or not state.ready or min_superseded < 0:
+    if start is None or min_superseded < 0:
         return False
     async with state.lock:
         await catch_up(p, state)

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from storage.remote import rlmm_compaction
 from storage.remote.metadata_cache import RemotePartitionDeleteMetadata
-from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
+from storage.remote.rlmm import MetadataNotReady, TopicBasedRemoteLogMetadataManager
 from storage.remote.rlmm_api import Restatement, parse_restatement_key, restatement_key
 from storage.remote.rlmm_serde import deserialize, serialize
 from tests.storage.remote.test_rlmm import (
@@ -159,6 +159,24 @@ async def test_compaction_happens_only_where_led_and_worth_it(tmp_path):
     never = await compacting(log, tmp_path / "never", A, min_superseded=-1)
     await delete(never, a[2])
     assert not await never.compact(0)
+
+
+async def test_the_leader_compacts_partitions_it_hosts_no_user_partition_of(tmp_path):
+    """The leader of a metadata partition compacts it even where none of its user
+    partitions is assigned (their leaders are other brokers)."""
+    log = InMemoryMetadataLog()
+    writer = await compacting(log, tmp_path / "writer", A)
+    a = await tier(writer, A, 1, 3)
+    await delete(writer, a[0])
+    leader = await compacting(log, tmp_path / "leader")  # nothing assigned
+    assert not await leader.compact(0)  # nothing folded for partition 0 yet
+    await leader._compact_all()
+    assert log.starts[0] == 8
+    with pytest.raises(MetadataNotReady):  # folded for compaction only, not served
+        leader.list_remote_log_segments(A)
+    await writer.ensure_ready(A)
+    assert [md.remote_log_segment_id for md in segments(writer, A)] == [
+        md.remote_log_segment_id for md in a[1:]]
 
 
 async def test_a_restatement_is_dropped_if_the_log_moved_on_meanwhile(tmp_path):
