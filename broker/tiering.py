@@ -37,7 +37,7 @@ from replication.remote_metadata_log import ClusterMetadataLog, ReplicaMetadataL
 from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
-from storage.remote import chunk_cache
+from storage.remote import chunk_cache, rlmm_compaction
 from storage.remote.codec_storage import load_storage
 from storage.remote.copy_process import ProcessCopier
 from storage.remote.gauges import RemoteGaugeCollector
@@ -90,6 +90,18 @@ class Tiering:
                 closable.close()
 
 
+def _int_setting(settings: dict[str, str], key: str, default: int, *, minimum: int) -> int:
+    """An integer ``rlmm.config.*`` setting, at least ``minimum``."""
+    raw = settings.get(key, default)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(RLMM_PREFIX + key, raw, "must be an integer") from None
+    if value < minimum:
+        raise ConfigError(RLMM_PREFIX + key, value, f"must be at least {minimum}")
+    return value
+
+
 def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
                 replicas: ReplicaManager, cluster: bool, connector: Connector | None) -> Any:
     settings = plugin_configs(config.values, RLMM_PREFIX)
@@ -106,6 +118,10 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
             raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, settings, str(exc)) from None
         if partitions <= 0:
             raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, partitions, "must be positive")
+        interval_ms = _int_setting(settings, rlmm_compaction.SNAPSHOT_INTERVAL_CONFIG,
+                                   rlmm_compaction.DEFAULT_SNAPSHOT_INTERVAL_MS, minimum=1)
+        min_superseded = _int_setting(settings, rlmm_compaction.MIN_SUPERSEDED_CONFIG,
+                                      rlmm_compaction.DEFAULT_MIN_SUPERSEDED, minimum=-1)
         topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, partitions, rf,
                               {"cleanup.policy": "delete", "retention.ms": str(retention)},
                               admin, metadata, replicas)
@@ -116,8 +132,9 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
                                                     connector),
                                            timeout_ms)
                         if cluster else ReplicaMetadataLog(topic))
-        return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir,
-                                                  num_partitions=partitions)
+        return TopicBasedRemoteLogMetadataManager(
+            metadata_log, config.log_dir, num_partitions=partitions,
+            snapshot_interval_s=interval_ms / 1000, min_superseded=min_superseded)
     module_name, _, attr = class_name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

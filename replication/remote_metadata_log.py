@@ -12,7 +12,7 @@ on first use.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 import trio
@@ -23,11 +23,49 @@ from replication import leader_requests
 from replication.internal_topics import InternalTopic
 from replication.metadata_cache import MetadataCache
 from replication.peer import Peer, PeerPool
+from storage.remote.rlmm_api import TopicRecord
 
 log = structlog.get_logger(__name__)
 
 # While the metadata topic cannot be created yet, try again this often.
 ENSURE_RETRY_S = 0.2
+# Records per batch when a restatement of a metadata partition is appended:
+# about 150 KB each, well under the default max.message.bytes and replica
+# fetch sizes, so a follower or a reader gets it a batch at a time.
+APPEND_AT_END_BATCH_RECORDS = 1000
+# ListOffsets timestamp for the earliest offset (the log start).
+EARLIEST_TIMESTAMP = -2
+
+Build = Callable[[int], Sequence[tuple[bytes | None, bytes]] | None]
+
+
+def _append_at_end(topic: InternalTopic, partition: int, build: Build) -> int | None:
+    """``MetadataLog.append_at_end`` over a partition led here (both forms)."""
+    if not topic.is_leader(partition):
+        return None
+    end = topic.end_offset(partition)
+    if topic.log_end_offset(partition) != end:
+        return None
+    pairs = build(end)
+    if not pairs:
+        return None
+    # A new segment: once the log start moves here, every older segment is
+    # wholly below it and its file goes at once (a follower frees its own
+    # when its segment holding the log start rolls, as with retention).
+    topic.roll(partition)
+    first = None
+    for i in range(0, len(pairs), APPEND_AT_END_BATCH_RECORDS):
+        result = topic.append_records(partition, pairs[i:i + APPEND_AT_END_BATCH_RECORDS])
+        first = result.first_offset if first is None else first
+    return first
+
+
+def _start_offset(topic: InternalTopic, partition: int) -> int | None:
+    return topic.log_start_offset(partition) if topic.is_leader(partition) else None
+
+
+def _keyed(pairs: Sequence[tuple[int, bytes | None, bytes]]) -> list[TopicRecord]:
+    return [TopicRecord(*pair) for pair in pairs]
 
 
 class ReplicaMetadataLog:
@@ -48,11 +86,23 @@ class ReplicaMetadataLog:
         return offset
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
-        return self.topic.read_values(partition, from_offset, max_bytes)
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        return _keyed(self.topic.read_records(partition, from_offset, max_bytes))
 
     def end_offset(self, partition: int) -> int:
         return self.topic.end_offset(partition)
+
+    def start_offset(self, partition: int) -> int | None:
+        return _start_offset(self.topic, partition)
+
+    def append_at_end(self, partition: int, build: Build) -> int | None:
+        return _append_at_end(self.topic, partition, build)
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        """fsync first (as ``append``): the records that restate the dropped
+        ones must be on disk before those are deleted."""
+        await self.topic.flush(partition)
+        self.topic.delete_records(partition, offset)
 
 
 # "Unknown": where this broker does not lead a metadata partition, the manager
@@ -127,19 +177,48 @@ class ClusterMetadataLog:
         return self.topic.is_leader(partition)
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        """Below the leader's log start (records dropped by compaction), reads
+        from the log start, which the leader gives with ListOffsets."""
         if self._led_here(partition):
-            return self.topic.read_values(partition, from_offset, max_bytes)
-        data, _ = await leader_requests.fetch(self._peer(self._leader(partition)),
-                                              self.topic.name, partition, from_offset, max_bytes)
-        out: list[tuple[int, bytes]] = []
+            return _keyed(self.topic.read_records(partition, from_offset, max_bytes))
+        peer = self._peer(self._leader(partition))
+        try:
+            data, _ = await leader_requests.fetch(peer, self.topic.name, partition,
+                                                  from_offset, max_bytes)
+        except KafkaApiError as exc:
+            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            start, _ = await leader_requests.list_offset(peer, self.topic.name, partition,
+                                                         EARLIEST_TIMESTAMP)
+            if start <= from_offset:
+                raise
+            from_offset = start
+            data, _ = await leader_requests.fetch(peer, self.topic.name, partition,
+                                                  from_offset, max_bytes)
+        out: list[TopicRecord] = []
         for header in records.iter_headers(data):
             for rec in records.decode_records(data, header):
                 if rec.offset >= from_offset and rec.value is not None:
-                    out.append((rec.offset, rec.value))
+                    out.append(TopicRecord(rec.offset, rec.key, rec.value))
         return out
 
     def end_offset(self, partition: int) -> int:
         if self._led_here(partition):
             return self.topic.end_offset(partition)
         return UNKNOWN_END
+
+    def start_offset(self, partition: int) -> int | None:
+        return _start_offset(self.topic, partition)
+
+    def append_at_end(self, partition: int, build: Build) -> int | None:
+        return _append_at_end(self.topic, partition, build)
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        """Waits (acks=all) until the in-sync replicas hold our appends, the
+        restatement above all, before the log start moves; followers move
+        theirs when they see the leader's in a fetch response."""
+        error = await self.topic.wait_durable(partition, self.timeout_ms)
+        if error is not ErrorCode.NONE:
+            raise KafkaApiError(error, f"{self.topic.name}-{partition}: {error.name}")
+        self.topic.delete_records(partition, offset)

@@ -144,6 +144,8 @@ rsm.config.compression.enabled rsm.config.compression.heuristic.enabled rsm.conf
 rsm.config.encryption.enabled rsm.config.encryption.key.pair.id rsm.config.encryption.key.pairs
 rsm.config.encryption.key.pairs.<id>.public.key.file
 rsm.config.encryption.key.pairs.<id>.private.key.file
+rlmm.config.remote.log.metadata.snapshot.interval.ms
+rlmm.config.remote.log.metadata.compaction.min.superseded.records
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -156,6 +158,13 @@ DESCRIPTIONS: dict[str, str] = {
     "rlmm.config.remote.log.metadata.topic.retention.ms":
         "retention.ms of __remote_log_metadata when the broker creates it; -1 keeps every "
         "record.",
+    "rlmm.config.remote.log.metadata.snapshot.interval.ms":
+        "How often the metadata manager writes its snapshot files and committed offsets, "
+        "then compacts the metadata partitions this broker leads that are worth it.",
+    "rlmm.config.remote.log.metadata.compaction.min.superseded.records":
+        "A metadata partition is compacted (its live state restated at its end, every "
+        "record before dropped) once at least this many of its records are superseded and "
+        "they outnumber the restatement; -1 never compacts.",
 }
 
 
@@ -267,7 +276,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, s3
+    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, rlmm_compaction, s3
     from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
 
     topic_by_synonym: dict[str, list[str]] = {}
@@ -319,6 +328,10 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
         ConfigDef(RLMM_PREFIX + RLMM_REPLICATION_FACTOR_CONFIG, ConfigType.SHORT,
                   DEFAULT_RLMM_REPLICATION_FACTOR, ""),
         ConfigDef(RLMM_PREFIX + RLMM_RETENTION_CONFIG, ConfigType.LONG, -1, ""),
+        ConfigDef(RLMM_PREFIX + rlmm_compaction.SNAPSHOT_INTERVAL_CONFIG, ConfigType.LONG,
+                  rlmm_compaction.DEFAULT_SNAPSHOT_INTERVAL_MS, ""),
+        ConfigDef(RLMM_PREFIX + rlmm_compaction.MIN_SUPERSEDED_CONFIG, ConfigType.LONG,
+                  rlmm_compaction.DEFAULT_MIN_SUPERSEDED, ""),
     ]
     rlmm_rows = [_row(d, "broker") for d in rlmm_defs]
 

@@ -27,12 +27,16 @@ here, or before the first catch-up with the topic since it was assigned.
 ``run`` is the consumer task: it folds new records of the assigned
 metadata partitions every ``POLL_INTERVAL_S`` and, every
 ``snapshot_interval_s``, writes a snapshot file per changed user partition
-and then ``_rlmm_committed_offsets`` (``rlmm_snapshot``). A restart loads
-them and reads only the tail. A snapshot may be newer than the committed
-offset (a crash between the two writes): records of that user partition at
-or below the snapshot's own offset are skipped, so nothing is folded twice.
-A corrupt snapshot, or a committed offset beyond the end of the topic, makes
-that metadata partition be read again from the start.
+and then ``_rlmm_committed_offsets`` (``rlmm_snapshot``), then compacts the
+metadata partitions it leads that are worth it (``rlmm_compaction``: a
+restatement of the live state, then the log start moves to it). A restart
+loads the snapshots and reads only the tail. A snapshot may be newer than
+the committed offset (a crash between the two writes): records of that user
+partition at or below the snapshot's own offset are skipped, so nothing is
+folded twice. A corrupt snapshot, or a committed offset beyond the end of
+the topic, makes that metadata partition be read again from the start;
+records missing below the log start (compacted away) make the reader forget
+its state and rebuild it from the next complete restatement.
 
 Unassigning every user partition of a metadata partition pauses it (its
 caches stay, stale, until it is assigned again and caught up).
@@ -49,12 +53,11 @@ state.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import structlog
 import trio
 
-from storage.remote import rlmm_snapshot
+from storage.remote import rlmm_compaction, rlmm_snapshot
 from storage.remote.api import MetadataNotReady, RemoteLogMetadataManager
 from storage.remote.metadata_cache import (
     RemoteLogMetadata,
@@ -71,7 +74,8 @@ from storage.remote.rlmm_api import (
     MetadataLog,
     metadata_partition,
 )
-from storage.remote.rlmm_serde import MetadataRecordError, deserialize, serialize, snapshot_bytes
+from storage.remote.rlmm_partition import MetadataPartition
+from storage.remote.rlmm_serde import serialize, snapshot_bytes
 from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
 
 __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "MetadataLog",
@@ -97,22 +101,6 @@ INIT_RETRY_INTERVAL_S = 0.1
 INIT_RETRY_MAX_TIMEOUT_S = 120.0
 
 
-@dataclass(slots=True)
-class _MetadataPartition:
-    """Everything known about one metadata partition."""
-
-    caches: dict[TopicIdPartition, RemoteLogMetadataCache] = field(default_factory=dict)
-    next_offset: int = 0
-    # User partitions restored from snapshots -> the snapshot's metadata offset.
-    skip_through: dict[TopicIdPartition, int] = field(default_factory=dict)
-    # User partitions changed since their snapshot; snapshot files to delete.
-    dirty: set[TopicIdPartition] = field(default_factory=set)
-    removed: set[str] = field(default_factory=set)
-    assigned: set[TopicIdPartition] = field(default_factory=set)
-    ready: bool = False
-    lock: trio.Lock = field(default_factory=trio.Lock)
-
-
 class TopicBasedRemoteLogMetadataManager:
     """The default RemoteLogMetadataManager, backed by ``__remote_log_metadata``.
 
@@ -120,19 +108,22 @@ class TopicBasedRemoteLogMetadataManager:
         metadata_log: the internal topic (see MetadataLog).
         log_dir: where ``_rlmm_committed_offsets`` and the snapshots live.
         num_partitions: remote.log.metadata.topic.num.partitions.
-        snapshot_interval_s: how often ``run`` writes snapshots.
+        snapshot_interval_s: how often ``run`` writes snapshots and compacts.
+        min_superseded: compaction threshold (``rlmm_compaction``; < 0: never).
     """
 
     def __init__(self, metadata_log: MetadataLog, log_dir: str, *,
                  num_partitions: int = DEFAULT_NUM_PARTITIONS,
-                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S) -> None:
+                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
+                 min_superseded: int = rlmm_compaction.DEFAULT_MIN_SUPERSEDED) -> None:
         if num_partitions <= 0:
             raise ValueError(f"{NUM_PARTITIONS_CONFIG} must be positive, not {num_partitions}")
         self._log = metadata_log
         self._log_dir = log_dir
         self.num_partitions = num_partitions
         self._snapshot_interval_s = snapshot_interval_s
-        self._partitions: dict[int, _MetadataPartition] = {}
+        self._min_superseded = min_superseded
+        self._partitions: dict[int, MetadataPartition] = {}
         self._committed: dict[int, int] = {}
         self._started = False
         self._closed = False
@@ -141,6 +132,9 @@ class TopicBasedRemoteLogMetadataManager:
 
     def partition_for(self, tip: TopicIdPartition) -> int:
         return metadata_partition(tip, self.num_partitions)
+
+    def _new_partition(self, p: int, next_offset: int = 0) -> MetadataPartition:
+        return MetadataPartition(p, self.num_partitions, next_offset=next_offset)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -175,13 +169,13 @@ class TopicBasedRemoteLogMetadataManager:
             if p not in committed:
                 stale.add(name)
                 continue
-            state = self._partitions.setdefault(p, _MetadataPartition(next_offset=committed[p] + 1))
+            state = self._partitions.setdefault(p, self._new_partition(p, committed[p] + 1))
             cache = RemoteLogMetadataCache(snap.topic_id_partition)
             cache.restore(snap.segments, snap.delete_metadata)
             state.caches[snap.topic_id_partition] = cache
             state.skip_through[snap.topic_id_partition] = snap.metadata_offset
         for p, offset in committed.items():
-            self._partitions.setdefault(p, _MetadataPartition(next_offset=offset + 1))
+            self._partitions.setdefault(p, self._new_partition(p, offset + 1))
         if stale:
             await trio.to_thread.run_sync(rlmm_snapshot.remove_snapshots, self._log_dir, stale)
         self._committed = committed
@@ -206,6 +200,7 @@ class TopicBasedRemoteLogMetadataManager:
                     await self._catch_up_logged(p, state)
             if trio.current_time() >= next_sync:
                 await self.sync_snapshots()
+                await self._compact_all()
                 next_sync = trio.current_time() + self._snapshot_interval_s
             with trio.move_on_after(POLL_INTERVAL_S):
                 await self._wakeup.wait()
@@ -240,7 +235,7 @@ class TopicBasedRemoteLogMetadataManager:
                                         followers: Iterable[TopicIdPartition]) -> None:
         for tip in [*leaders, *followers]:
             p = self.partition_for(tip)
-            self._partitions.setdefault(p, _MetadataPartition()).assigned.add(tip)
+            self._partitions.setdefault(p, self._new_partition(p)).assigned.add(tip)
         self._wakeup.set()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
@@ -303,7 +298,7 @@ class TopicBasedRemoteLogMetadataManager:
         if error is not None:
             raise RemoteLogMetadataError(f"{tip}: record {p}:{offset} refused: {error}") from error
 
-    def _assigned_state(self, tip: TopicIdPartition) -> tuple[int, _MetadataPartition]:
+    def _assigned_state(self, tip: TopicIdPartition) -> tuple[int, MetadataPartition]:
         p = self.partition_for(tip)
         state = self._partitions.get(p)
         if state is None or tip not in state.assigned:
@@ -312,14 +307,14 @@ class TopicBasedRemoteLogMetadataManager:
 
     # -- folding records -----------------------------------------------------
 
-    async def _catch_up_logged(self, p: int, state: _MetadataPartition) -> None:
+    async def _catch_up_logged(self, p: int, state: MetadataPartition) -> None:
         try:
             async with state.lock:
                 await self._catch_up(p, state)
         except Exception:  # the adapter failed: retried next poll; lookups keep the old view
             log.exception("reading remote log metadata failed", metadata_partition=p)
 
-    async def _catch_up(self, p: int, state: _MetadataPartition,
+    async def _catch_up(self, p: int, state: MetadataPartition,
                         through: int | None = None) -> Exception | None:
         """Fold records of ``p`` up to ``through`` (default: the end). Caller holds the lock.
 
@@ -330,62 +325,30 @@ class TopicBasedRemoteLogMetadataManager:
         if state.next_offset > end:
             log.warning("remote log metadata behind committed offset; re-reading",
                         metadata_partition=p, committed=state.next_offset - 1, end=end)
-            self._reset(state)
+            state.reset()
         target = end if through is None else through + 1
         refused: Exception | None = None
         while state.next_offset < target:
             batch = await self._log.read(p, state.next_offset, READ_MAX_BYTES)
             if not batch:
                 break
-            for offset, value in batch:
-                if offset < state.next_offset:
+            for record in batch:
+                if record.offset < state.next_offset:
                     continue
-                error = self._fold(p, state, offset, value)
-                if offset == through:
+                if record.offset > state.next_offset:
+                    log.warning("remote log metadata missing (compacted); rebuilding",
+                                metadata_partition=p, expected=state.next_offset,
+                                found=record.offset)
+                    state.forget(trusted=False)
+                error = state.fold_record(record)
+                if record.offset == through:
                     refused = error
-                state.next_offset = offset + 1
-        if through is None and state.assigned:
+                state.next_offset = record.offset + 1
+        if through is None and state.assigned and not state.ready:
             state.ready = True
+            log.info("remote log metadata caught up", metadata_partition=p,
+                     next_offset=state.next_offset, user_partitions=len(state.caches))
         return refused
-
-    def _reset(self, state: _MetadataPartition) -> None:
-        state.removed.update(rlmm_snapshot.snapshot_file_name(t) for t in state.caches)
-        state.caches.clear()
-        state.skip_through.clear()
-        state.dirty.clear()
-        state.next_offset = 0
-
-    def _fold(self, p: int, state: _MetadataPartition, offset: int,
-              value: bytes) -> Exception | None:
-        try:
-            event = deserialize(value)
-        except MetadataRecordError as exc:
-            log.error("dropping undecodable remote log metadata", metadata_partition=p,
-                      offset=offset, error=str(exc))
-            return exc
-        tip = event.topic_id_partition
-        if self.partition_for(tip) != p:
-            log.error("dropping remote log metadata in the wrong partition", tip=str(tip),
-                      metadata_partition=p, offset=offset)
-            return RemoteLogMetadataError(f"{tip} does not belong to metadata partition {p}")
-        if offset <= state.skip_through.get(tip, -1):
-            return None
-        cache = state.caches.get(tip) or RemoteLogMetadataCache(tip)
-        try:
-            cache.apply(event)
-        except (RemoteLogMetadataError, ValueError) as exc:
-            log.warning("dropping remote log metadata", metadata_partition=p, offset=offset,
-                        error=str(exc))
-            return exc
-        if (isinstance(event, RemotePartitionDeleteMetadata)
-                and event.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED):
-            state.caches.pop(tip, None)
-            state.dirty.discard(tip)
-            state.removed.add(rlmm_snapshot.snapshot_file_name(tip))
-        else:
-            state.caches[tip] = cache
-            state.dirty.add(tip)
-        return None
 
     # -- snapshots -----------------------------------------------------------
 
@@ -427,6 +390,24 @@ class TopicBasedRemoteLogMetadataManager:
                 log.exception("writing remote log metadata committed offsets failed")
                 return
             self._committed = committed
+
+    async def _compact_all(self) -> None:
+        # Every metadata partition led here, hosted user partitions or not
+        # (one that is not assigned is folded here only for this).
+        for p in range(self.num_partitions):
+            if self._log.start_offset(p) is None:
+                continue
+            self._partitions.setdefault(p, self._new_partition(p))
+            try:
+                await self.compact(p)
+            except Exception:  # retried next interval; nothing was lost (see compact)
+                log.exception("compacting remote log metadata failed", metadata_partition=p)
+
+    async def compact(self, p: int) -> bool:
+        """Compact metadata partition ``p`` if led here and worth it (``rlmm_compaction``)."""
+        state = self._partitions.get(p)
+        return state is not None and await rlmm_compaction.compact(
+            self._log, p, state, self._min_superseded, self._catch_up)
 
     # -- lookups -------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ from storage.remote.rlmm import (
     TopicBasedRemoteLogMetadataManager,
     metadata_partition,
 )
+from storage.remote.rlmm_api import TopicRecord
 from storage.remote.rlmm_serde import serialize
 from storage.remote.types import (
     RemoteLogSegmentId,
@@ -52,16 +53,25 @@ NUM_PARTITIONS = 5
 
 
 class InMemoryMetadataLog:
-    """MetadataLog over Python lists, counting the records it hands out."""
+    """MetadataLog over Python lists, counting the records it hands out.
+
+    ``partitions[p]`` holds every value ever appended (offset = index);
+    ``starts[p]`` is the log start (records below it are gone); ``keys``
+    the non-null keys; ``leader`` whether "this broker" leads every partition.
+    """
 
     def __init__(self) -> None:
         self.partitions: list[list[bytes]] = []
+        self.starts: list[int] = []
+        self.keys: dict[tuple[int, int], bytes] = {}
+        self.leader = True
         self.records_read = 0
 
     async def ensure_topic(self, num_partitions: int) -> int:
         await trio.lowlevel.checkpoint()
         if not self.partitions:
             self.partitions = [[] for _ in range(num_partitions)]
+            self.starts = [0] * num_partitions
         return len(self.partitions)
 
     async def append(self, partition: int, record: bytes) -> int:
@@ -70,21 +80,41 @@ class InMemoryMetadataLog:
         return len(self.partitions[partition]) - 1
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+                   max_bytes: int) -> Sequence[TopicRecord]:
         await trio.lowlevel.checkpoint()
         records = self.partitions[partition]
-        out: list[tuple[int, bytes]] = []
+        out: list[TopicRecord] = []
         size = 0
-        for offset in range(max(from_offset, 0), len(records)):
+        for offset in range(max(from_offset, self.starts[partition]), len(records)):
             if out and size + len(records[offset]) > max_bytes:
                 break
-            out.append((offset, records[offset]))
+            out.append(TopicRecord(offset, self.keys.get((partition, offset)), records[offset]))
             size += len(records[offset])
         self.records_read += len(out)
         return out
 
     def end_offset(self, partition: int) -> int:
         return len(self.partitions[partition])
+
+    def start_offset(self, partition: int) -> int | None:
+        return self.starts[partition] if self.leader else None
+
+    def append_at_end(self, partition: int, build: Callable[
+            [int], Sequence[tuple[bytes | None, bytes]] | None]) -> int | None:
+        records = self.partitions[partition]
+        pairs = build(len(records)) if self.leader else None
+        if not pairs:
+            return None
+        first = len(records)
+        for key, value in pairs:
+            if key is not None:
+                self.keys[partition, len(records)] = key
+            records.append(value)
+        return first
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        await trio.lowlevel.checkpoint()
+        self.starts[partition] = max(self.starts[partition], offset)
 
 
 def _tip_in(p: int, name: str, partition: int = 0) -> TopicIdPartition:
