@@ -196,6 +196,10 @@ def _subscription(topic: str) -> bytes:
     return bytes(sub.encode(version=1))
 
 
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+COORDINATOR_NOT_READY = (14, 15, 16)
+
+
 def _classic_member(client: RawClient, group: str, topic: str,
                     assignment: bytes = b"") -> tuple[str, int]:
     """A classic member that joined ``group`` (as its leader) and synced,
@@ -208,7 +212,11 @@ def _classic_member(client: RawClient, group: str, topic: str,
                            group_instance_id=None, protocol_type="consumer",
                            protocols=[proto(name="range", metadata=_subscription(topic))])
 
-    required = join("")
+    # The coordinator may not have loaded the group's __consumer_offsets
+    # partition yet (a new cluster): clients retry those errors, and so do we.
+    required = wait_until(
+        lambda: (r := join("")).error_code not in COORDINATOR_NOT_READY and r, 30,
+        "the group's coordinator to take a JoinGroup")
     assert required.error_code == MEMBER_ID_REQUIRED
     joined = join(required.member_id)
     assert joined.error_code == 0
