@@ -294,7 +294,10 @@ class ReplicaFetcher:
         gone: dict[str, list[int]] = {}
         for topic, partition in forgotten:
             gone.setdefault(topic, []).append(partition)
-        return req(replica_id=self.node_id, max_wait_ms=self.config["replica.fetch.wait.max.ms"],
+        # An opening fetch answers at once: ``add`` cannot cut it short, and its
+        # long-poll would hold back the partitions added meanwhile.
+        wait_ms = 0 if self.session.answers_at_once else self.config["replica.fetch.wait.max.ms"]
+        return req(replica_id=self.node_id, max_wait_ms=wait_ms,
                    min_bytes=self.config["replica.fetch.min.bytes"],
                    max_bytes=self.config["replica.fetch.response.max.bytes"], isolation_level=0,
                    session_id=self.session.id, session_epoch=self.session.epoch,

@@ -40,10 +40,20 @@ class LeaderSession:
         self.sent: dict[TopicPartition, Position] = {}
         # The request out: (named, forgotten), applied to ``sent`` once answered.
         self._out: tuple[dict[TopicPartition, Position], list[TopicPartition]] = ({}, [])
+        # The leader answered an opening request without a session (its cache
+        # of sessions full): every request is a full one from then on.
+        self.sessionless = False
 
     @property
     def opening(self) -> bool:
         return self.epoch == INITIAL_EPOCH
+
+    @property
+    def answers_at_once(self) -> bool:
+        """Whether the next request should not long-poll: it opens a session
+        (``ReplicaFetcher.add`` cannot cut such a request short). Not with a
+        sessionless leader, whose every request is an opening one."""
+        return self.opening and not self.sessionless
 
     def build(self, changed: dict[TopicPartition, Position], left: Iterable[TopicPartition]
               ) -> tuple[dict[TopicPartition, Position], list[TopicPartition]]:
@@ -75,9 +85,11 @@ class LeaderSession:
             log.info("fetch session refused by the leader; starting a new one",
                      session=self.id, error=error.name)
             self.id, self.epoch, self.sent = NO_SESSION, INITIAL_EPOCH, {}
+            self.sessionless = False
             return False
         if self.opening:
             self.id = session_id
+            self.sessionless = session_id == NO_SESSION
             self.epoch = INITIAL_EPOCH if session_id == NO_SESSION else 1
             self.sent = dict(named) if self.id != NO_SESSION else {}
             return True

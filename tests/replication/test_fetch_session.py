@@ -257,6 +257,30 @@ async def test_a_partition_back_from_a_delay_is_named_again(replicas, autojump_c
     assert named(f._build()) == {TPS[1]}
 
 
+async def test_only_an_opening_fetch_answers_at_once(replicas, autojump_clock):
+    """The fetch that opens a session does not long-poll: a partition added
+    while it is in flight cannot cut it short (the leader would keep the
+    session it opens), so it would wait up to replica.fetch.wait.max.ms."""
+    from replication import fetcher as fetcher_module
+    from replication.peer import Peer
+
+    f = fetcher_module.ReplicaFetcher(replicas.config, replicas, Peer(2, "127.0.0.1", 9, "t"))
+    f.add(TPS[0], 0)
+    assert f.session.opening
+    assert f._build().max_wait_ms == 0
+    f.session.answered(ErrorCode.NONE, 77)
+    assert not f.session.opening
+    assert f._build().max_wait_ms == replicas.config["replica.fetch.wait.max.ms"] > 0
+    # A leader that keeps no session for us: every request is an opening
+    # one, and they long-poll (answering at once would spin).
+    g = fetcher_module.ReplicaFetcher(replicas.config, replicas, Peer(2, "127.0.0.1", 9, "t"))
+    g.add(TPS[0], 0)
+    assert g._build().max_wait_ms == 0
+    g.session.answered(ErrorCode.NONE, 0)
+    assert g.session.opening
+    assert g._build().max_wait_ms == replicas.config["replica.fetch.wait.max.ms"]
+
+
 async def test_an_empty_epoch_at_the_log_end_is_dropped_on_divergence(tmp_path, autojump_clock):
     """A follower that led an epoch and lost the lead before any append keeps
     that epoch at its log end. The new leader, which never had it, answers a
