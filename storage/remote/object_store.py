@@ -37,19 +37,19 @@ from typing import Protocol, TypeVar
 import structlog
 
 from config.defs import ConfigDef, ConfigType
-from storage.remote.api import SegmentObjectName, StoredObject
+from storage.remote.api import StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
     CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
+    object_key,
+    partition_key_prefix,
     segment_manifest,
     segment_sources,
-    segment_stem,
-    uuid_str,
 )
-from storage.remote.rsm import UUID_CHARS, check_log_size, parse_object_name, parse_uuid, resolve_range
+from storage.remote.rsm import check_log_size, parse_object_key, resolve_range
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -79,6 +79,13 @@ def common_defs(prefix: str) -> tuple[ConfigDef, ...]:
         ConfigDef(f"rsm.config.{prefix}retry.max.attempts", ConfigType.INT, 5,
                   "Attempts per request, the first included (exponential backoff with "
                   "jitter between them).", at_least=1),
+        *timeout_defs(prefix),
+    )
+
+
+def timeout_defs(prefix: str) -> tuple[ConfigDef, ...]:
+    """The per-attempt HTTP timeouts, under ``rsm.config.<prefix>`` (S3's too)."""
+    return (
         ConfigDef(f"rsm.config.{prefix}connect.timeout.ms", ConfigType.INT, 10_000,
                   "TCP connect timeout per attempt.", at_least=1),
         ConfigDef(f"rsm.config.{prefix}read.timeout.ms", ConfigType.INT, 60_000,
@@ -170,12 +177,11 @@ class ObjectStoreRSM:
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """``<prefix><topic>-<topicId>/<partition>/<offset>-<uuid>.<suffix>``."""
-        return f"{self.prefix}{self.partition_prefix(metadata.topic_id_partition)}" \
-               f"{segment_stem(metadata)}.{suffix}"
+        return object_key(self.prefix, metadata, suffix)
 
     def partition_prefix(self, tip: TopicIdPartition) -> str:
         """See ListableRemoteStorage.partition_prefix (relative to the prefix setting)."""
-        return f"{tip.topic}-{uuid_str(tip.topic_id)}/{tip.partition}/"
+        return partition_key_prefix(tip)
 
     # -- copy -----------------------------------------------------------------------
 
@@ -282,7 +288,7 @@ class ObjectStoreRSM:
         listed = self._call("list", full, lambda: sorted(self._list(full)))
         for name, size, modified in listed:
             key = name[len(self.prefix):]
-            yield StoredObject(key, size, modified, parse_key(key))
+            yield StoredObject(key, size, modified, parse_object_key(key))
 
 
 class RangeStream:
@@ -331,17 +337,6 @@ class RangeStream:
 
     def close(self) -> None:
         self._body.close()
-
-
-def parse_key(key: str) -> SegmentObjectName | None:
-    """What ``<topic>-<topicId>/<partition>/<file>`` names; None for another layout."""
-    parts = key.split("/")
-    if len(parts) != 3 or not parts[1].isdigit() or parts[0][-UUID_CHARS - 1:-UUID_CHARS] != "-":
-        return None
-    topic, topic_id = parts[0][:-UUID_CHARS - 1], parse_uuid(parts[0][-UUID_CHARS:])
-    if not topic or topic_id is None:
-        return None
-    return parse_object_name(TopicIdPartition(topic_id, topic, int(parts[1])), parts[2])
 
 
 def http_retriable(status: int) -> bool:
