@@ -244,7 +244,7 @@ class ObjectStoreRSM:
             raise RemoteStorageError(
                 f"{self.store}/{name} is {size}, its metadata says {expected}: "
                 "corrupt or truncated")
-        return RangeStream(self, reply.body, name, end - start + 1)
+        return _StoreRangeStream(self, reply.body, name, end - start + 1)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """See RemoteStorageManager.fetch_index."""
@@ -293,13 +293,17 @@ class ObjectStoreRSM:
 
 class RangeStream:
     """A ranged GET's body read piece by piece, never returning more or fewer
-    bytes than the range; store errors as RemoteStorageErrors."""
+    bytes than the range (the S3 manager's streams too). ``_read_piece``
+    reads from the body, store errors as RemoteStorageErrors; ``label``
+    names the object in messages."""
 
-    def __init__(self, rsm: ObjectStoreRSM, body: RangeBody, name: str, length: int) -> None:
-        self._rsm = rsm
+    def __init__(self, body: RangeBody, label: str, length: int) -> None:
         self._body = body
-        self._name = name
+        self._label = label
         self._left = length
+
+    def _read_piece(self, size: int) -> bytes:
+        raise NotImplementedError
 
     def read(self, size: int) -> bytes:
         """Up to ``size`` bytes; b"" once the range is done.
@@ -310,21 +314,12 @@ class RangeStream:
         """
         if self._left <= 0:
             return b""
-        try:
-            piece = self._body.read(min(size, self._left))
-        except RemoteStorageError:
-            raise
-        except Exception as exc:
-            error = self._rsm.classify("get", self._name, exc)
-            if error is None:
-                raise
-            error.retriable = True
-            raise error from exc
+        piece = self._read_piece(min(size, self._left))
         if not piece:
-            raise RemoteStorageError(f"short response for {self._rsm.store}/{self._name}: "
+            raise RemoteStorageError(f"short response for {self._label}: "
                                      f"{self._left} bytes missing", retriable=True)
         if len(piece) > self._left:
-            raise RemoteStorageError(f"response for {self._rsm.store}/{self._name} is longer "
+            raise RemoteStorageError(f"response for {self._label} is longer "
                                      "than the range asked for", retriable=True)
         self._left -= len(piece)
         return piece
@@ -337,6 +332,27 @@ class RangeStream:
 
     def close(self) -> None:
         self._body.close()
+
+
+class _StoreRangeStream(RangeStream):
+    """An SDK body: its failures classified by the backend, always retriable."""
+
+    def __init__(self, rsm: ObjectStoreRSM, body: RangeBody, name: str, length: int) -> None:
+        super().__init__(body, f"{rsm.store}/{name}", length)
+        self._rsm = rsm
+        self._name = name
+
+    def _read_piece(self, size: int) -> bytes:
+        try:
+            return self._body.read(size)
+        except RemoteStorageError:
+            raise
+        except Exception as exc:
+            error = self._rsm.classify("get", self._name, exc)
+            if error is None:
+                raise
+            error.retriable = True
+            raise error from exc
 
 
 def http_retriable(status: int) -> bool:

@@ -66,7 +66,7 @@ from storage.remote.naming import (
     segment_manifest,
     segment_sources,
 )
-from storage.remote.object_store import timeout_defs
+from storage.remote.object_store import RangeStream, timeout_defs
 from storage.remote.rsm import check_log_size, parse_object_key, parse_rsm_config, resolve_range
 from storage.remote.types import (
     IndexType,
@@ -434,36 +434,17 @@ def _without_userinfo(url: str | None) -> str | None:
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
-class _RangeStream:
-    """A GET's body read piece by piece; store errors as RemoteStorageErrors."""
+class _RangeStream(RangeStream):
+    """A GET's body; botocore's failures classified, the connection's retriable."""
 
-    def __init__(self, body: Any, key: str, length: int) -> None:
-        self._body = body
-        self._key = key
-        self._left = length
-
-    def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes; b"" once the range is done.
-
-        Raises:
-            RemoteStorageError: the connection failed, or the body ended early.
-        """
-        if self._left <= 0:
-            return b""
+    def _read_piece(self, size: int) -> bytes:
         try:
-            with _translated("GetObject", self._key):
-                piece: bytes = self._body.read(min(size, self._left))
+            with _translated("GetObject", self._label):
+                piece: bytes = self._body.read(size)
         except OSError as exc:
-            raise RemoteStorageError(f"reading s3 object {self._key}: {exc}",
+            raise RemoteStorageError(f"reading s3 object {self._label}: {exc}",
                                      retriable=True) from exc
-        if not piece:
-            raise RemoteStorageError(f"short response for {self._key}: {self._left} bytes "
-                                     f"missing", retriable=True)
-        self._left -= len(piece)
         return piece
-
-    def close(self) -> None:
-        self._body.close()
 
 
 def _range_total(content_range: str) -> int | None:
