@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from system_tests.emulators import AzuriteBlob, GcsEmulator
+from system_tests.emulators import AzuriteBlob, GcsEmulator, broker_settings
 from system_tests.tiered_helpers import TOPIC_ID_CHARS, RemoteTier
 
 
@@ -36,11 +36,8 @@ class GcsTier(RemoteTier):
         self._bucket = emulator.client().bucket(bucket)
 
     def broker_overrides(self) -> dict[str, str]:
-        return {"remote.log.storage.manager.class.name": "gcs",
-                **{f"rsm.config.{k}": v for k, v in
-                   self.emulator.rsm_settings(self.bucket, **{"gcs.key.prefix": self.prefix})
-                   .items()},
-                **_test_settings("gcs")}
+        rsm = self.emulator.rsm_settings(self.bucket, **{"gcs.key.prefix": self.prefix})
+        return {**broker_settings(rsm, "gcs"), **_test_settings("gcs")}
 
     def objects(self, topic: str | None = None) -> list[str]:
         names = [b.name[len(self.prefix):] for b in self._bucket.list_blobs(prefix=self.prefix)]
@@ -70,11 +67,8 @@ class AzureTier(RemoteTier):
         self._container = emulator.client().get_container_client(container)
 
     def broker_overrides(self) -> dict[str, str]:
-        return {"remote.log.storage.manager.class.name": "azure",
-                **{f"rsm.config.{k}": v for k, v in
-                   self.emulator.rsm_settings(self.container, **{"azure.key.prefix": self.prefix})
-                   .items()},
-                **_test_settings("azure")}
+        rsm = self.emulator.rsm_settings(self.container, **{"azure.key.prefix": self.prefix})
+        return {**broker_settings(rsm, "azure"), **_test_settings("azure")}
 
     def objects(self, topic: str | None = None) -> list[str]:
         names = [b.name[len(self.prefix):]

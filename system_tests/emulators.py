@@ -8,7 +8,8 @@
 
 Both keep their data in a directory, so ``stop()`` then ``start()`` (same
 port) models an outage of the store: what was written before is still there
-afterwards. Each starts on a free port and is waited for with a deadline.
+afterwards. Each starts on a free port and is waited for with a deadline
+(``http_process.HttpServerProcess``).
 
 Pytest fixtures (import them into a conftest.py to use them):
 ``gcs_emulator`` and ``azurite`` (one process per session), ``gcs_bucket``
@@ -17,10 +18,7 @@ and ``azure_container`` (a fresh one per test).
 
 from __future__ import annotations
 
-import http.client
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +26,7 @@ from typing import Any
 
 import pytest
 
-from system_tests.harness import free_port
-from system_tests.s3_fixtures import LOOPBACK, _die_with_parent
+from system_tests.http_process import LOOPBACK, HttpServerProcess, running
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".deps" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -39,74 +36,20 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
                "K1SZFPTOtr/KBHBeksoGMGw==")
 
-# Node and the emulators start in about a second; 30 s covers a loaded CI machine.
-STARTUP_TIMEOUT_S = 30.0
-# A port picked as free can be taken before the emulator binds it; try a few.
-START_ATTEMPTS = 3
-PROBE_INTERVAL_S = 0.05
-
-
-class _Emulator:
-    """An emulator process on loopback keeping its data under ``data_dir``."""
+class _Emulator(HttpServerProcess):
+    """An emulator process on loopback keeping its data under ``data_dir``;
+    a ``start`` after a ``stop`` is on the same port."""
 
     name = "emulator"
+    keeps_port = True
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = data_dir / f"{self.name}.log"
-        self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(data_dir / f"{self.name}.log")
 
-    def _command(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        """Start (on the previous port after a ``stop``) and wait until it answers HTTP.
-
-        Raises:
-            RuntimeError: it did not come up (its log is in the message).
-        """
-        fixed = self.port != 0
-        for _ in range(1 if fixed else START_ATTEMPTS):
-            if not fixed:
-                self.port = free_port()
-            with open(self.log_path, "ab") as log:
-                self._process = subprocess.Popen(
-                    self._command(), stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, cwd=self.data_dir, preexec_fn=_die_with_parent)
-            if self._wait_ready():
-                return
-            self.stop()
-        raise RuntimeError(f"{self.name} did not start; log:\n{self.log_path.read_text()[-4000:]}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                return False
-            try:
-                conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=1.0)
-                conn.request("GET", "/")
-                conn.getresponse().read()
-                conn.close()
-                return True
-            except OSError:
-                time.sleep(PROBE_INTERVAL_S)
-        return False
-
-    def stop(self) -> None:
-        """Terminate the process (kill if it lingers); the data stays. Idempotent."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    def _cwd(self) -> Path:
+        return self.data_dir
 
 
 class GcsEmulator(_Emulator):
@@ -183,23 +126,15 @@ def broker_settings(rsm: dict[str, str], class_name: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
     """One GCS emulator for the session (tests isolate by bucket)."""
-    server = GcsEmulator(tmp_path_factory.mktemp("gcs"))
-    server.start()
-    try:
+    with running(GcsEmulator(tmp_path_factory.mktemp("gcs"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteBlob]:
     """One Azurite blob service for the session (tests isolate by container)."""
-    server = AzuriteBlob(tmp_path_factory.mktemp("azurite"))
-    server.start()
-    try:
+    with running(AzuriteBlob(tmp_path_factory.mktemp("azurite"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -19,17 +19,13 @@ Only loopback addresses are used.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import http.client
 import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,9 +37,9 @@ import boto3
 import botocore.config
 import pytest
 
-from system_tests.harness import free_port
+from system_tests.harness import free_port  # noqa: F401 - tests import it from here
+from system_tests.http_process import LOOPBACK, HttpServerProcess
 
-LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 
 # Credentials moto accepts; the env also blocks the real chain (profiles, IMDS).
@@ -57,11 +53,6 @@ TEST_AWS_ENV: dict[str, str] = {
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
 
-# moto imports a lot on start; 30 s covers a loaded CI machine.
-MOTO_STARTUP_TIMEOUT_S = 30.0
-# A port picked as free can be taken before moto binds it; try a few.
-MOTO_START_ATTEMPTS = 3
-PROBE_INTERVAL_S = 0.05
 # Upstream calls from the proxy: generous, moto on loopback answers in ms.
 PROXY_UPSTREAM_TIMEOUT_S = 30.0
 # How often the proxy's accept loop checks for shutdown: short, so stopping
@@ -116,76 +107,30 @@ def broker_s3_settings(endpoint_url: str, bucket: str, prefix: str = "") -> dict
 
 # -- moto server -------------------------------------------------------------
 
-# prctl option: signal to send this process when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent() -> None:
-    """In the child before exec: on Linux, get SIGTERM when the test process
-    dies, even by SIGKILL or a timeout, so no moto server outlives its run."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-class MotoServer:
+class MotoServer(HttpServerProcess):
     """A ``python -m moto.server`` process on loopback. Not thread-safe."""
 
+    name = "moto server"
+
     def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-        self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(log_path)
         self._client: Any = None
 
     @property
     def endpoint_url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def start(self) -> None:
-        """Start and wait until it answers HTTP.
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)]
 
-        Raises:
-            RuntimeError: it did not come up (its log is in the message).
-        """
-        for _ in range(MOTO_START_ATTEMPTS):
-            self.port = free_port()
-            with open(self.log_path, "ab") as log:
-                self._process = subprocess.Popen(
-                    [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**os.environ, **TEST_AWS_ENV}, preexec_fn=_die_with_parent)
-            if self._wait_ready():
-                return
-            self.stop()
-        raise RuntimeError(f"moto server did not start; log:\n{self.log_path.read_text()[-4000:]}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + MOTO_STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                return False
-            try:
-                conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=1.0)
-                conn.request("GET", "/")
-                conn.getresponse().read()
-                conn.close()
-                return True
-            except OSError:
-                time.sleep(PROBE_INTERVAL_S)
-        return False
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, **TEST_AWS_ENV}
 
     def stop(self) -> None:
         """Terminate the process (kill if it lingers). Idempotent."""
-        process, self._process = self._process, None
         self._client = None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        super().stop()
 
     def client(self) -> Any:
         """A shared boto3 client for this server (clients are thread-safe)."""

@@ -35,6 +35,7 @@ from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteStorageError,
     StrPath,
+    TopicIdPartition,
 )
 
 LOG_SUFFIX = "log"
@@ -70,6 +71,18 @@ def segment_stem(metadata: RemoteLogSegmentMetadata) -> str:
     """``<20-digit start offset>-<segment uuid>``, the name without suffix."""
     segment_id = metadata.remote_log_segment_id
     return f"{filename_prefix(metadata.start_offset)}-{uuid_str(segment_id.id)}"
+
+
+def partition_key_prefix(tip: TopicIdPartition) -> str:
+    """``<topic>-<topicId>/<partition>/``: where an object store keeps a
+    partition's objects, below the prefix setting."""
+    return f"{tip.topic}-{uuid_str(tip.topic_id)}/{tip.partition}/"
+
+
+def object_key(prefix: str, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/<offset>-<uuid>.<suffix>``."""
+    return f"{prefix}{partition_key_prefix(metadata.topic_id_partition)}" \
+           f"{segment_stem(metadata)}.{suffix}"
 
 
 def segment_sources(data: LogSegmentData) -> list[tuple[str, StrPath | bytes]]:

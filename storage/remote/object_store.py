@@ -37,19 +37,19 @@ from typing import Protocol, TypeVar
 import structlog
 
 from config.defs import ConfigDef, ConfigType
-from storage.remote.api import SegmentObjectName, StoredObject
+from storage.remote.api import StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
     CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
+    object_key,
+    partition_key_prefix,
     segment_manifest,
     segment_sources,
-    segment_stem,
-    uuid_str,
 )
-from storage.remote.rsm import UUID_CHARS, check_log_size, parse_object_name, parse_uuid, resolve_range
+from storage.remote.rsm import check_log_size, parse_object_key, resolve_range
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -79,6 +79,13 @@ def common_defs(prefix: str) -> tuple[ConfigDef, ...]:
         ConfigDef(f"rsm.config.{prefix}retry.max.attempts", ConfigType.INT, 5,
                   "Attempts per request, the first included (exponential backoff with "
                   "jitter between them).", at_least=1),
+        *timeout_defs(prefix),
+    )
+
+
+def timeout_defs(prefix: str) -> tuple[ConfigDef, ...]:
+    """The per-attempt HTTP timeouts, under ``rsm.config.<prefix>`` (S3's too)."""
+    return (
         ConfigDef(f"rsm.config.{prefix}connect.timeout.ms", ConfigType.INT, 10_000,
                   "TCP connect timeout per attempt.", at_least=1),
         ConfigDef(f"rsm.config.{prefix}read.timeout.ms", ConfigType.INT, 60_000,
@@ -170,12 +177,11 @@ class ObjectStoreRSM:
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """``<prefix><topic>-<topicId>/<partition>/<offset>-<uuid>.<suffix>``."""
-        return f"{self.prefix}{self.partition_prefix(metadata.topic_id_partition)}" \
-               f"{segment_stem(metadata)}.{suffix}"
+        return object_key(self.prefix, metadata, suffix)
 
     def partition_prefix(self, tip: TopicIdPartition) -> str:
         """See ListableRemoteStorage.partition_prefix (relative to the prefix setting)."""
-        return f"{tip.topic}-{uuid_str(tip.topic_id)}/{tip.partition}/"
+        return partition_key_prefix(tip)
 
     # -- copy -----------------------------------------------------------------------
 
@@ -238,7 +244,7 @@ class ObjectStoreRSM:
             raise RemoteStorageError(
                 f"{self.store}/{name} is {size}, its metadata says {expected}: "
                 "corrupt or truncated")
-        return RangeStream(self, reply.body, name, end - start + 1)
+        return _StoreRangeStream(self, reply.body, name, end - start + 1)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """See RemoteStorageManager.fetch_index."""
@@ -282,18 +288,22 @@ class ObjectStoreRSM:
         listed = self._call("list", full, lambda: sorted(self._list(full)))
         for name, size, modified in listed:
             key = name[len(self.prefix):]
-            yield StoredObject(key, size, modified, parse_key(key))
+            yield StoredObject(key, size, modified, parse_object_key(key))
 
 
 class RangeStream:
     """A ranged GET's body read piece by piece, never returning more or fewer
-    bytes than the range; store errors as RemoteStorageErrors."""
+    bytes than the range (the S3 manager's streams too). ``_read_piece``
+    reads from the body, store errors as RemoteStorageErrors; ``label``
+    names the object in messages."""
 
-    def __init__(self, rsm: ObjectStoreRSM, body: RangeBody, name: str, length: int) -> None:
-        self._rsm = rsm
+    def __init__(self, body: RangeBody, label: str, length: int) -> None:
         self._body = body
-        self._name = name
+        self._label = label
         self._left = length
+
+    def _read_piece(self, size: int) -> bytes:
+        raise NotImplementedError
 
     def read(self, size: int) -> bytes:
         """Up to ``size`` bytes; b"" once the range is done.
@@ -304,21 +314,12 @@ class RangeStream:
         """
         if self._left <= 0:
             return b""
-        try:
-            piece = self._body.read(min(size, self._left))
-        except RemoteStorageError:
-            raise
-        except Exception as exc:
-            error = self._rsm.classify("get", self._name, exc)
-            if error is None:
-                raise
-            error.retriable = True
-            raise error from exc
+        piece = self._read_piece(min(size, self._left))
         if not piece:
-            raise RemoteStorageError(f"short response for {self._rsm.store}/{self._name}: "
+            raise RemoteStorageError(f"short response for {self._label}: "
                                      f"{self._left} bytes missing", retriable=True)
         if len(piece) > self._left:
-            raise RemoteStorageError(f"response for {self._rsm.store}/{self._name} is longer "
+            raise RemoteStorageError(f"response for {self._label} is longer "
                                      "than the range asked for", retriable=True)
         self._left -= len(piece)
         return piece
@@ -333,15 +334,25 @@ class RangeStream:
         self._body.close()
 
 
-def parse_key(key: str) -> SegmentObjectName | None:
-    """What ``<topic>-<topicId>/<partition>/<file>`` names; None for another layout."""
-    parts = key.split("/")
-    if len(parts) != 3 or not parts[1].isdigit() or parts[0][-UUID_CHARS - 1:-UUID_CHARS] != "-":
-        return None
-    topic, topic_id = parts[0][:-UUID_CHARS - 1], parse_uuid(parts[0][-UUID_CHARS:])
-    if not topic or topic_id is None:
-        return None
-    return parse_object_name(TopicIdPartition(topic_id, topic, int(parts[1])), parts[2])
+class _StoreRangeStream(RangeStream):
+    """An SDK body: its failures classified by the backend, always retriable."""
+
+    def __init__(self, rsm: ObjectStoreRSM, body: RangeBody, name: str, length: int) -> None:
+        super().__init__(body, f"{rsm.store}/{name}", length)
+        self._rsm = rsm
+        self._name = name
+
+    def _read_piece(self, size: int) -> bytes:
+        try:
+            return self._body.read(size)
+        except RemoteStorageError:
+            raise
+        except Exception as exc:
+            error = self._rsm.classify("get", self._name, exc)
+            if error is None:
+                raise
+            error.retriable = True
+            raise error from exc
 
 
 def http_retriable(status: int) -> bool:

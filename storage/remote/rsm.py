@@ -79,6 +79,18 @@ def parse_object_name(tip: TopicIdPartition, file_name: str) -> SegmentObjectNam
     return SegmentObjectName(RemoteLogSegmentId(tip, segment_uuid), int(offset), suffix)
 
 
+def parse_object_key(key: str) -> SegmentObjectName | None:
+    """What an object store's ``<topic>-<topicId>/<partition>/<file>`` key (relative
+    to the prefix setting) names; None for another layout."""
+    parts = key.split("/")
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0][-UUID_CHARS - 1:-UUID_CHARS] != "-":
+        return None
+    topic, topic_id = parts[0][:-UUID_CHARS - 1], parse_uuid(parts[0][-UUID_CHARS:])
+    if not topic or topic_id is None:
+        return None
+    return parse_object_name(TopicIdPartition(topic_id, topic, int(parts[1])), parts[2])
+
+
 def load_rsm(class_name: str, config: Mapping[str, str]) -> RemoteStorageManager:
     """Instantiate the configured remote storage manager.
 

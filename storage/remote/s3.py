@@ -54,26 +54,20 @@ import botocore.exceptions
 import structlog
 
 from config.defs import ConfigDef, ConfigError, ConfigType
-from storage.remote.api import SegmentObjectName, StoredObject
+from storage.remote.api import StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
     CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
+    object_key,
+    partition_key_prefix,
     segment_manifest,
     segment_sources,
-    segment_stem,
-    uuid_str,
 )
-from storage.remote.rsm import (
-    UUID_CHARS,
-    check_log_size,
-    parse_object_name,
-    parse_rsm_config,
-    parse_uuid,
-    resolve_range,
-)
+from storage.remote.object_store import RangeStream, timeout_defs
+from storage.remote.rsm import check_log_size, parse_object_key, parse_rsm_config, resolve_range
 from storage.remote.types import (
     IndexType,
     LogSegmentData,
@@ -113,10 +107,7 @@ CONFIG_DEFS = (
     ConfigDef("rsm.config.retry.max.attempts", ConfigType.INT, 5,
               "Attempts per request, the first included (botocore standard retry mode).",
               at_least=1),
-    ConfigDef("rsm.config.connect.timeout.ms", ConfigType.INT, 10_000,
-              "TCP connect timeout per attempt.", at_least=1),
-    ConfigDef("rsm.config.read.timeout.ms", ConfigType.INT, 60_000,
-              "Socket read timeout per attempt.", at_least=1),
+    *timeout_defs(""),
     # Kafka's default pools: 10 copier + 10 expiration + 10 reader threads.
     ConfigDef("rsm.config.max.connections", ConfigType.INT, 32,
               "HTTP connection pool size; at least the threads that call the RSM.",
@@ -188,9 +179,7 @@ class S3RemoteStorageManager:
 
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """``<prefix><topic>-<topicId>/<partition>/<offset>-<uuid>.<suffix>``."""
-        tp = metadata.topic_id_partition
-        return (f"{self.prefix}{tp.topic}-{uuid_str(tp.topic_id)}/{tp.partition}/"
-                f"{segment_stem(metadata)}.{suffix}")
+        return object_key(self.prefix, metadata, suffix)
 
     # -- copy ---------------------------------------------------------------
 
@@ -402,7 +391,7 @@ class S3RemoteStorageManager:
 
     def partition_prefix(self, tip: TopicIdPartition) -> str:
         """See ListableRemoteStorage.partition_prefix (relative to the prefix setting)."""
-        return f"{tip.topic}-{uuid_str(tip.topic_id)}/{tip.partition}/"
+        return partition_key_prefix(tip)
 
     def list_objects(self, prefix: str = "") -> Iterator[StoredObject]:
         """Every object under ``<prefix setting><prefix>``, keys relative to the
@@ -414,22 +403,11 @@ class S3RemoteStorageManager:
                 for entry in page.get("Contents") or []:
                     key = entry["Key"][len(self.prefix):]
                     yield StoredObject(key, int(entry["Size"]),
-                                       entry["LastModified"].timestamp(), _parse_key(key))
+                                       entry["LastModified"].timestamp(), parse_object_key(key))
 
     def close(self) -> None:
         """Close the client's connection pool. Idempotent."""
         self._client.close()
-
-
-def _parse_key(key: str) -> SegmentObjectName | None:
-    """What ``<topic>-<topicId>/<partition>/<file>`` names; None for another layout."""
-    parts = key.split("/")
-    if len(parts) != 3 or not parts[1].isdigit() or parts[0][-UUID_CHARS - 1:-UUID_CHARS] != "-":
-        return None
-    topic, topic_id = parts[0][:-UUID_CHARS - 1], parse_uuid(parts[0][-UUID_CHARS:])
-    if not topic or topic_id is None:
-        return None
-    return parse_object_name(TopicIdPartition(topic_id, topic, int(parts[1])), parts[2])
 
 
 def _read_local(fd: int, path: StrPath, position: int, length: int) -> bytes:
@@ -456,36 +434,17 @@ def _without_userinfo(url: str | None) -> str | None:
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
-class _RangeStream:
-    """A GET's body read piece by piece; store errors as RemoteStorageErrors."""
+class _RangeStream(RangeStream):
+    """A GET's body; botocore's failures classified, the connection's retriable."""
 
-    def __init__(self, body: Any, key: str, length: int) -> None:
-        self._body = body
-        self._key = key
-        self._left = length
-
-    def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes; b"" once the range is done.
-
-        Raises:
-            RemoteStorageError: the connection failed, or the body ended early.
-        """
-        if self._left <= 0:
-            return b""
+    def _read_piece(self, size: int) -> bytes:
         try:
-            with _translated("GetObject", self._key):
-                piece: bytes = self._body.read(min(size, self._left))
+            with _translated("GetObject", self._label):
+                piece: bytes = self._body.read(size)
         except OSError as exc:
-            raise RemoteStorageError(f"reading s3 object {self._key}: {exc}",
+            raise RemoteStorageError(f"reading s3 object {self._label}: {exc}",
                                      retriable=True) from exc
-        if not piece:
-            raise RemoteStorageError(f"short response for {self._key}: {self._left} bytes "
-                                     f"missing", retriable=True)
-        self._left -= len(piece)
         return piece
-
-    def close(self) -> None:
-        self._body.close()
 
 
 def _range_total(content_range: str) -> int | None:

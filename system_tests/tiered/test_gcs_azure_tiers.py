@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer
 
 from system_tests.cloud_tiers import AzureTier, GcsTier
 from system_tests.emulators import AzuriteBlob, GcsEmulator
+from system_tests.http_process import running
 from system_tests.tiered_helpers import (
     EARLIEST_LOCAL,
     KAFKA_STORAGE_ERROR,
@@ -54,18 +55,14 @@ CONSUME_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
-    server = GcsEmulator(tmp_path_factory.mktemp("gcs"))
-    server.start()
-    yield server
-    server.stop()
+    with running(GcsEmulator(tmp_path_factory.mktemp("gcs"))) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def azurite_blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteBlob]:
-    server = AzuriteBlob(tmp_path_factory.mktemp("azurite"))
-    server.start()
-    yield server
-    server.stop()
+    with running(AzuriteBlob(tmp_path_factory.mktemp("azurite"))) as server:
+        yield server
 
 
 @pytest.fixture(params=["gcs", "azure"])

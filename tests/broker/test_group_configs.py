@@ -14,14 +14,13 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from broker.context import NO_SESSION, BrokerContext
+from broker.context import BrokerContext
 from broker.group_configs import GroupConfigs, LocalGroupConfigStore, check_group_configs
-from broker.handlers import HANDLERS
 from broker.metrics import BrokerMetrics
 from config import ConfigError
 from config.dynamic import ConfigSource
-from protocol.api import RequestHeader
 from protocol.errors import ErrorCode
+from tests.broker.wire import wire_call
 from tests.coordinator.conftest import (  # noqa: F401 - fixtures used by name
     config,
     coordinator,
@@ -65,25 +64,17 @@ async def broker(tmp_path, **overrides: str) -> BrokerContext:
     return ctx
 
 
-async def call(ctx, req_cls, resp_cls, version, **fields):
-    header = RequestHeader(req_cls.API_KEY, version, 1, "test", 0)
-    req = req_cls[version].decode(req_cls[version](**fields).encode(version=version),
-                                  version=version)
-    resp = await HANDLERS[req_cls.API_KEY](ctx, header, req, NO_SESSION)
-    return resp_cls[version].decode(resp.encode(version=version), version=version)
-
-
 async def describe(ctx, group: str):
-    resp = await call(ctx, DescribeConfigsRequest, DescribeConfigsResponse, 4,
-                      resources=[(GROUP, group, None)], include_synonyms=True,
-                      include_documentation=False)
+    resp = await wire_call(ctx, DescribeConfigsRequest, DescribeConfigsResponse, 4,
+                           resources=[(GROUP, group, None)], include_synonyms=True,
+                           include_documentation=False)
     [result] = resp.results
     return result.error_code, {c.name: (c.value, c.config_source) for c in result.configs}
 
 
 async def alter(ctx, group: str, *ops: tuple[str, int, str | None], validate_only=False):
-    resp = await call(ctx, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 1,
-                      resources=[(GROUP, group, list(ops))], validate_only=validate_only)
+    resp = await wire_call(ctx, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 1,
+                           resources=[(GROUP, group, list(ops))], validate_only=validate_only)
     return resp.responses[0].error_code
 
 

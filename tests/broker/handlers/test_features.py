@@ -11,16 +11,15 @@ import pytest
 from kafka.protocol.admin import UpdateFeaturesRequest, UpdateFeaturesResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from broker.context import NO_SESSION, BrokerContext
+from broker.context import BrokerContext
 from broker.features import FEATURES_FILE, ClusterFeatures, LocalFeatureStore
-from broker.handlers import HANDLERS
 from broker.metrics import BrokerMetrics
-from protocol.api import RequestHeader
 from protocol.consumer_group_apis import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
 from protocol.errors import ErrorCode
+from tests.broker.wire import wire_call
 from tests.coordinator.conftest import make_config, make_node
 
 INVALID = ErrorCode.INVALID_UPDATE_VERSION
@@ -35,28 +34,20 @@ async def broker(tmp_path, **overrides: str) -> BrokerContext:
     return ctx
 
 
-async def call(ctx, req_cls, resp_cls, version, **fields):
-    header = RequestHeader(req_cls.API_KEY, version, 1, "test", 0)
-    req = req_cls[version].decode(req_cls[version](**fields).encode(version=version),
-                                  version=version)
-    resp = await HANDLERS[req_cls.API_KEY](ctx, header, req, NO_SESSION)
-    return resp_cls[version].decode(resp.encode(version=version), version=version)
-
-
 async def update(ctx, version: int, *items: tuple, validate_only: bool = False):
     cls = UpdateFeaturesRequest[version].FeatureUpdateKey
     if version == 0:
         keys = [cls(feature=f, max_version_level=lvl, allow_downgrade=kind != 1)
                 for f, lvl, kind in items]
-        return await call(ctx, UpdateFeaturesRequest, UpdateFeaturesResponse, 0,
-                          timeout_ms=1000, feature_updates=keys)
+        return await wire_call(ctx, UpdateFeaturesRequest, UpdateFeaturesResponse, 0,
+                               timeout_ms=1000, feature_updates=keys)
     keys = [cls(feature=f, max_version_level=lvl, upgrade_type=kind) for f, lvl, kind in items]
-    return await call(ctx, UpdateFeaturesRequest, UpdateFeaturesResponse, version,
-                      timeout_ms=1000, feature_updates=keys, validate_only=validate_only)
+    return await wire_call(ctx, UpdateFeaturesRequest, UpdateFeaturesResponse, version,
+                           timeout_ms=1000, feature_updates=keys, validate_only=validate_only)
 
 
 async def finalized(ctx) -> tuple[dict[str, int], int]:
-    resp = await call(ctx, ApiVersionsRequest, ApiVersionsResponse, 4)
+    resp = await wire_call(ctx, ApiVersionsRequest, ApiVersionsResponse, 4)
     return ({f.name: f.max_version_level for f in resp.finalized_features},
             resp.finalized_features_epoch)
 
@@ -127,8 +118,8 @@ async def test_a_stale_epoch_is_feature_update_failed(tmp_path):
 async def test_group_version_0_turns_the_consumer_protocol_off(tmp_path):
     ctx = await broker(tmp_path)
     assert (await update(ctx, 1, ("group.version", 0, 2))).error_code == 0
-    resp = await call(ctx, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0,
-                      group_id="g", member_id="", member_epoch=0, instance_id=None,
-                      rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=["t"],
-                      server_assignor=None, topic_partitions=[])
+    resp = await wire_call(ctx, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0,
+                           group_id="g", member_id="", member_epoch=0, instance_id=None,
+                           rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=["t"],
+                           server_assignor=None, topic_partitions=[])
     assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
