@@ -43,20 +43,13 @@ from storage.remote.gauges import RemoteGaugeCollector
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager, build_services
 from storage.remote.read_pool import RemoteReadPool
-from storage.remote.rlmm import (
-    DEFAULT_NUM_PARTITIONS,
-    NUM_PARTITIONS_CONFIG,
-    TopicBasedRemoteLogMetadataManager,
-)
+from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
+from storage.remote.rlmm_config import RlmmSettings, parse_settings
 from storage.remote.rsm import load_rsm
 
 log = structlog.get_logger(__name__)
 
 RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
-RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
-RLMM_REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
-# Kafka's default replication factor of __remote_log_metadata.
-DEFAULT_RLMM_REPLICATION_FACTOR = 3
 
 
 @dataclass(slots=True)
@@ -97,33 +90,36 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
     if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
                       "org.apache.kafka.server.log.remote.metadata.storage."
                       "TopicBasedRemoteLogMetadataManager"):
-        try:
-            partitions = int(settings.get(NUM_PARTITIONS_CONFIG, DEFAULT_NUM_PARTITIONS))
-            retention = int(settings.get(RLMM_RETENTION_CONFIG, -1))
-            rf = int(settings.get(RLMM_REPLICATION_FACTOR_CONFIG,
-                                  DEFAULT_RLMM_REPLICATION_FACTOR))
-        except ValueError as exc:
-            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, settings, str(exc)) from None
-        if partitions <= 0:
-            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, partitions, "must be positive")
-        topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, partitions, rf,
-                              {"cleanup.policy": "delete", "retention.ms": str(retention)},
+        rlmm = parse_settings(settings)
+        topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, rlmm.num_partitions,
+                              rlmm.replication_factor,
+                              {"cleanup.policy": "delete", "retention.ms": str(rlmm.retention_ms)},
                               admin, metadata, replicas)
-        node_id = config["node.id"]
-        timeout_ms = config["request.timeout.ms"]
-        metadata_log = (ClusterMetadataLog(topic, node_id, metadata,
-                                           PeerPool(metadata, f"rlmm-{node_id}", timeout_ms,
-                                                    connector),
-                                           timeout_ms)
+        metadata_log = (_cluster_metadata_log(config, topic, metadata, connector, rlmm)
                         if cluster else ReplicaMetadataLog(topic))
-        return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir,
-                                                  num_partitions=partitions)
+        return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir, settings=rlmm)
     module_name, _, attr = class_name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(RLMM_CLASS_KEY, class_name, f"cannot load: {exc}") from None
     return cls(settings)
+
+
+def _cluster_metadata_log(config: BrokerConfig, topic: InternalTopic, metadata: MetadataCache,
+                          connector: Connector | None, rlmm: RlmmSettings) -> ClusterMetadataLog:
+    """The metadata topic over the cluster: Produce and catch-up reads on one
+    set of connections, the long-polls on another (the manager's producer and
+    consumer in Kafka)."""
+    node_id = config["node.id"]
+    broker_timeout_ms = config["request.timeout.ms"]
+    produce_timeout_ms = rlmm.producer_request_timeout_ms or broker_timeout_ms
+    poll_timeout_ms = rlmm.consumer_request_timeout_ms or broker_timeout_ms
+    return ClusterMetadataLog(
+        topic, node_id, metadata,
+        PeerPool(metadata, f"rlmm-{node_id}", produce_timeout_ms, connector), produce_timeout_ms,
+        PeerPool(metadata, f"rlmm-consumer-{node_id}", poll_timeout_ms, connector),
+        poll_timeout_ms)
 
 
 def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,

@@ -7,12 +7,19 @@ high watermark (committed). ``ReplicaMetadataLog`` is the single-node form
 topic (cleanup.policy=delete, tiering off, retention
 rlmm.config.remote.log.metadata.topic.retention.ms, default -1) is created
 on first use.
+
+Long-polls (``poll``), as a Kafka consumer's fetches: the partitions led
+here wait on the local high watermark (the consumer fetch purgatory's
+wake-up); those led by another broker go to it as one Fetch per leader with
+fetch.max.wait.ms / fetch.min.bytes, over connections of their own (a
+parked Fetch must not hold up the manager's Produce requests to the same
+broker).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
 import trio
@@ -23,11 +30,37 @@ from replication import leader_requests
 from replication.internal_topics import InternalTopic
 from replication.metadata_cache import MetadataCache
 from replication.peer import Peer, PeerPool
+from storage.remote.rlmm_api import PollLimits
 
 log = structlog.get_logger(__name__)
 
-# While the metadata topic cannot be created yet, try again this often.
-ENSURE_RETRY_S = 0.2
+# poll_groups' key for partitions without a known leader: their poll waits.
+_NO_LEADER = -1
+
+
+def _values(data: bytes, from_offset: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the non-null records in ``data`` from ``from_offset`` on."""
+    out: list[tuple[int, bytes]] = []
+    for header in records.iter_headers(data):
+        for rec in records.decode_records(data, header):
+            if rec.offset >= from_offset and rec.value is not None:
+                out.append((rec.offset, rec.value))
+    return out
+
+
+async def _poll_local(topic: InternalTopic, positions: Mapping[int, int],
+                      limits: PollLimits) -> dict[int, list[tuple[int, bytes]]]:
+    """Long-poll partitions of ``topic`` this broker leads (see MetadataLog.poll)."""
+    deadline = trio.current_time() + limits.max_wait_ms / 1000
+    while True:
+        with topic.watch_committed(positions) as news:
+            got = {p: found for p, offset in positions.items()
+                   if (found := topic.read_values(p, offset, limits.partition_max_bytes))}
+            size = sum(len(value) for found in got.values() for _, value in found)
+            if (got and size >= limits.min_bytes) or trio.current_time() >= deadline:
+                return got
+            with trio.move_on_at(deadline):
+                await news.wait()
 
 
 class ReplicaMetadataLog:
@@ -54,6 +87,14 @@ class ReplicaMetadataLog:
     def end_offset(self, partition: int) -> int:
         return self.topic.end_offset(partition)
 
+    def poll_groups(self, partitions: Iterable[int]) -> list[list[int]]:
+        group = sorted(partitions)
+        return [group] if group else []
+
+    async def poll(self, positions: Mapping[int, int], limits: PollLimits
+                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+        return await _poll_local(self.topic, positions, limits)
+
 
 # "Unknown": where this broker does not lead a metadata partition, the manager
 # reads until a fetch comes back empty instead of up to an end offset.
@@ -74,29 +115,36 @@ class ClusterMetadataLog:
     Error handling: a leader that is unknown, moved or unreachable raises
     ``KafkaApiError`` / ``PeerError`` (retriable: the copier backs off, the
     manager's poll tries again).
+
+    Args:
+        peers: connections for Produce and the catch-up reads.
+        poll_peers: connections for the long-polls.
+        timeout_ms: of a Produce (acks=all) and a catch-up Fetch.
+        poll_timeout_ms: of a long-poll, beyond its wait.
     """
 
     def __init__(self, topic: InternalTopic, node_id: int, metadata: MetadataCache,
-                 peers: PeerPool, timeout_ms: int) -> None:
+                 peers: PeerPool, timeout_ms: int, poll_peers: PeerPool,
+                 poll_timeout_ms: int) -> None:
         self.topic = topic
         self.node_id = node_id
         self.metadata = metadata
         self.peers = peers
         self.timeout_ms = timeout_ms
+        self.poll_peers = poll_peers
+        self.poll_timeout_ms = poll_timeout_ms
 
     async def ensure_topic(self, num_partitions: int) -> int:
-        """Create the topic if the cluster has none; wait while it cannot be
-        created yet (fewer live brokers than its replication factor)."""
+        """Create the topic if the cluster has none.
+
+        Raises:
+            KafkaApiError: it cannot be created yet (fewer live brokers than
+                its replication factor), or another broker just created it
+                (TOPIC_ALREADY_EXISTS: our metadata shows it once the
+                controller's UpdateMetadata arrives); the manager retries.
+        """
         self.topic.configured_partitions = num_partitions
-        while True:
-            try:
-                return await self.topic.ensure()
-            except KafkaApiError as exc:
-                # TOPIC_ALREADY_EXISTS: another broker created it; our metadata
-                # shows it once the controller's UpdateMetadata arrives.
-                log.info("remote log metadata topic not created yet; retrying",
-                         error=exc.code.name, detail=exc.message)
-            await trio.sleep(ENSURE_RETRY_S)
+        return await self.topic.ensure()
 
     def _leader(self, partition: int) -> int:
         state = self.metadata.partition((self.topic.name, partition))
@@ -132,14 +180,43 @@ class ClusterMetadataLog:
             return self.topic.read_values(partition, from_offset, max_bytes)
         data, _ = await leader_requests.fetch(self._peer(self._leader(partition)),
                                               self.topic.name, partition, from_offset, max_bytes)
-        out: list[tuple[int, bytes]] = []
-        for header in records.iter_headers(data):
-            for rec in records.decode_records(data, header):
-                if rec.offset >= from_offset and rec.value is not None:
-                    out.append((rec.offset, rec.value))
-        return out
+        return _values(data, from_offset)
 
     def end_offset(self, partition: int) -> int:
         if self._led_here(partition):
             return self.topic.end_offset(partition)
         return UNKNOWN_END
+
+    def _serves(self, partition: int) -> int:
+        """Who answers polls of ``partition``: this broker, another, or _NO_LEADER."""
+        if self._led_here(partition):
+            return self.node_id
+        state = self.metadata.partition((self.topic.name, partition))
+        return _NO_LEADER if state is None or state.leader < 0 else state.leader
+
+    def poll_groups(self, partitions: Iterable[int]) -> list[list[int]]:
+        groups: dict[int, list[int]] = {}
+        for p in sorted(partitions):
+            groups.setdefault(self._serves(p), []).append(p)
+        return sorted(groups.values())
+
+    async def poll(self, positions: Mapping[int, int], limits: PollLimits
+                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+        servers = {self._serves(p) for p in positions}
+        if len(servers) != 1:
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                f"{self.topic.name} partitions {sorted(positions)} moved")
+        server = servers.pop()
+        if server == _NO_LEADER:  # nobody to ask: wait a poll's time, then group again
+            await trio.sleep(limits.max_wait_ms / 1000)
+            return {}
+        if server == self.node_id:
+            return await _poll_local(self.topic, positions, limits)
+        peer = self.poll_peers.get(server)
+        if peer is None:
+            raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {server} unknown")
+        data = await leader_requests.long_poll(
+            peer, self.topic.name, positions, limits.max_wait_ms, max(limits.min_bytes, 1),
+            limits.max_bytes, limits.partition_max_bytes, self.poll_timeout_ms)
+        return {p: found for p, raw in data.items()
+                if p in positions and (found := _values(raw, positions[p]))}

@@ -24,10 +24,11 @@ Reads are plain lookups in the caches. They raise ``MetadataNotReady``
 (retriable) while no user partition of that metadata partition is assigned
 here, or before the first catch-up with the topic since it was assigned.
 
-``run`` is the consumer task: it folds new records of the assigned
-metadata partitions every ``POLL_INTERVAL_S`` and, every
-``snapshot_interval_s``, writes a snapshot file per changed user partition
-and then ``_rlmm_committed_offsets`` (``rlmm_snapshot``). A restart loads
+``run`` starts the manager, then runs the consumer task
+(``rlmm_consumer``): it long-polls the assigned metadata partitions, folds
+what comes as soon as it is committed and, every ``snapshot_interval_s``,
+writes a snapshot file per changed user partition and then
+``_rlmm_committed_offsets`` (``rlmm_snapshot``). A restart loads
 them and reads only the tail. A snapshot may be newer than the committed
 offset (a crash between the two writes): records of that user partition at
 or below the snapshot's own offset are skipped, so nothing is folded twice.
@@ -48,7 +49,7 @@ state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -69,8 +70,11 @@ from storage.remote.rlmm_api import (
     NUM_PARTITIONS_CONFIG,
     TOPIC_NAME,
     MetadataLog,
+    PollLimits,
     metadata_partition,
 )
+from storage.remote.rlmm_config import RlmmSettings
+from storage.remote.rlmm_consumer import MetadataConsumer
 from storage.remote.rlmm_serde import MetadataRecordError, deserialize, serialize, snapshot_bytes
 from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -80,21 +84,14 @@ __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "Met
 
 log = structlog.get_logger(__name__)
 
-# How often the consumer task looks for new records: Kafka's ConsumerTask
-# polls with a 100 ms timeout.
-POLL_INTERVAL_S = 0.1
 # How often snapshots and committed offsets are written: Kafka's ConsumerTask
 # synced its committed offsets every 30 s.
 DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
-# Bytes asked for per read of a metadata partition: the consumer default
-# max.partition.fetch.bytes.
-READ_MAX_BYTES = 1 << 20
-# While the topic cannot be created or read yet (a cluster still starting),
-# ``run`` retries its start this often and for this long: Kafka's
-# remote.log.metadata.initialization.retry.interval.ms (100) and
-# .retry.max.timeout.ms (120000) defaults.
-INIT_RETRY_INTERVAL_S = 0.1
-INIT_RETRY_MAX_TIMEOUT_S = 120.0
+# How long the consumer task waits after a failed catch-up or poll before it
+# tries again: the consumer default retry.backoff.ms.
+RETRY_BACKOFF_S = 0.1
+# Kafka's defaults for every rlmm.config.* key.
+_DEFAULT_SETTINGS = RlmmSettings()
 
 
 @dataclass(slots=True)
@@ -119,25 +116,35 @@ class TopicBasedRemoteLogMetadataManager:
     Args:
         metadata_log: the internal topic (see MetadataLog).
         log_dir: where ``_rlmm_committed_offsets`` and the snapshots live.
-        num_partitions: remote.log.metadata.topic.num.partitions.
+        num_partitions: remote.log.metadata.topic.num.partitions (default: the settings').
         snapshot_interval_s: how often ``run`` writes snapshots.
+        settings: the rlmm.config.* settings (``rlmm_config``).
     """
 
     def __init__(self, metadata_log: MetadataLog, log_dir: str, *,
-                 num_partitions: int = DEFAULT_NUM_PARTITIONS,
-                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S) -> None:
+                 num_partitions: int | None = None,
+                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
+                 settings: RlmmSettings = _DEFAULT_SETTINGS) -> None:
+        num_partitions = settings.num_partitions if num_partitions is None else num_partitions
         if num_partitions <= 0:
             raise ValueError(f"{NUM_PARTITIONS_CONFIG} must be positive, not {num_partitions}")
         self._log = metadata_log
         self._log_dir = log_dir
         self.num_partitions = num_partitions
-        self._snapshot_interval_s = snapshot_interval_s
+        self._settings = settings
         self._partitions: dict[int, _MetadataPartition] = {}
         self._committed: dict[int, int] = {}
         self._started = False
         self._closed = False
-        self._wakeup = trio.Event()
         self._sync_lock = trio.Lock()
+        limits = PollLimits(settings.fetch_max_wait_ms, settings.fetch_min_bytes,
+                            settings.fetch_max_bytes, settings.max_partition_fetch_bytes)
+        self.consumer = MetadataConsumer(metadata_log, self, limits, RETRY_BACKOFF_S,
+                                         snapshot_interval_s, self.sync_snapshots)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def partition_for(self, tip: TopicIdPartition) -> int:
         return metadata_partition(tip, self.num_partitions)
@@ -192,27 +199,18 @@ class TopicBasedRemoteLogMetadataManager:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start, then fold new records and write snapshots until cancelled or closed.
 
-        Error handling: a failing start is retried every INIT_RETRY_INTERVAL_S
-        for INIT_RETRY_MAX_TIMEOUT_S, then raised; a partition-count mismatch
-        is raised at once (no retry can fix it). A failing read is logged and
-        retried on the next poll.
+        Error handling: a failing start is retried every
+        remote.log.metadata.initialization.retry.interval.ms for
+        ...retry.max.timeout.ms, then raised; a partition-count mismatch is
+        raised at once (no retry can fix it). A failing read is logged and
+        retried (``rlmm_consumer``).
         """
         await self._start_with_retries()
         task_status.started()
-        next_sync = trio.current_time() + self._snapshot_interval_s
-        while not self._closed:
-            for p, state in sorted(self._partitions.items()):
-                if state.assigned:
-                    await self._catch_up_logged(p, state)
-            if trio.current_time() >= next_sync:
-                await self.sync_snapshots()
-                next_sync = trio.current_time() + self._snapshot_interval_s
-            with trio.move_on_after(POLL_INTERVAL_S):
-                await self._wakeup.wait()
-            self._wakeup = trio.Event()
+        await self.consumer.run()
 
     async def _start_with_retries(self) -> None:
-        deadline = trio.current_time() + INIT_RETRY_MAX_TIMEOUT_S
+        deadline = trio.current_time() + self._settings.init_retry_max_timeout_ms / 1000
         while True:
             try:
                 await self.start()
@@ -224,13 +222,13 @@ class TopicBasedRemoteLogMetadataManager:
                     raise
                 log.warning("remote log metadata manager cannot start yet; retrying",
                             error=repr(exc))
-            await trio.sleep(INIT_RETRY_INTERVAL_S)
+            await trio.sleep(self._settings.init_retry_interval_ms / 1000)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._wakeup.set()
+        self.consumer.wake()
         if self._started:
             await self.sync_snapshots()
 
@@ -241,7 +239,7 @@ class TopicBasedRemoteLogMetadataManager:
         for tip in [*leaders, *followers]:
             p = self.partition_for(tip)
             self._partitions.setdefault(p, _MetadataPartition()).assigned.add(tip)
-        self._wakeup.set()
+        self.consumer.wake()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         for tip in partitions:
@@ -297,9 +295,13 @@ class TopicBasedRemoteLogMetadataManager:
             await self._catch_up(p, state)
             state.caches.get(tip, RemoteLogMetadataCache(tip)).check(event)
             offset = await self._log.append(p, serialize(event))
-            error = await self._catch_up(p, state, through=offset)
+            error = None
+            with trio.move_on_after(self._settings.consume_wait_ms / 1000):
+                error = await self._catch_up(p, state, through=offset)
         if state.next_offset <= offset:
-            raise RemoteLogMetadataError(f"{tip}: appended at {p}:{offset} but could not read it")
+            raise RemoteLogMetadataError(
+                f"{tip}: appended at {p}:{offset} but could not read it back within "
+                f"remote.log.metadata.consume.wait.ms ({self._settings.consume_wait_ms})")
         if error is not None:
             raise RemoteLogMetadataError(f"{tip}: record {p}:{offset} refused: {error}") from error
 
@@ -312,12 +314,29 @@ class TopicBasedRemoteLogMetadataManager:
 
     # -- folding records -----------------------------------------------------
 
-    async def _catch_up_logged(self, p: int, state: _MetadataPartition) -> None:
-        try:
-            async with state.lock:
-                await self._catch_up(p, state)
-        except Exception:  # the adapter failed: retried next poll; lookups keep the old view
-            log.exception("reading remote log metadata failed", metadata_partition=p)
+    def positions(self) -> dict[int, int]:
+        return {p: state.next_offset for p, state in self._partitions.items() if state.assigned}
+
+    async def catch_up_pending(self) -> bool:
+        caught_up = True
+        for p, state in sorted(self._partitions.items()):
+            if state.assigned and not state.ready:
+                try:
+                    async with state.lock:
+                        await self._catch_up(p, state)
+                except Exception:  # the adapter failed: retried; lookups keep the old view
+                    log.exception("reading remote log metadata failed", metadata_partition=p)
+                    caught_up = False
+        return caught_up
+
+    async def fold_polled(self, partition: int, position: int,
+                          found: Sequence[tuple[int, bytes]]) -> None:
+        state = self._partitions.get(partition)
+        if state is None:
+            return
+        async with state.lock:
+            if position <= state.next_offset:  # else: re-read from the start meanwhile
+                self._fold_all(partition, state, found)
 
     async def _catch_up(self, p: int, state: _MetadataPartition,
                         through: int | None = None) -> Exception | None:
@@ -334,18 +353,24 @@ class TopicBasedRemoteLogMetadataManager:
         target = end if through is None else through + 1
         refused: Exception | None = None
         while state.next_offset < target:
-            batch = await self._log.read(p, state.next_offset, READ_MAX_BYTES)
+            batch = await self._log.read(p, state.next_offset,
+                                         self._settings.max_partition_fetch_bytes)
             if not batch:
                 break
-            for offset, value in batch:
-                if offset < state.next_offset:
-                    continue
-                error = self._fold(p, state, offset, value)
-                if offset == through:
-                    refused = error
-                state.next_offset = offset + 1
+            refused = self._fold_all(p, state, batch, through) or refused
         if through is None and state.assigned:
             state.ready = True
+        return refused
+
+    def _fold_all(self, p: int, state: _MetadataPartition, batch: Sequence[tuple[int, bytes]],
+                  through: int | None = None) -> Exception | None:
+        """Fold the records of ``batch`` not folded yet; why ``through`` was refused."""
+        refused = None
+        for offset, value in batch:
+            if offset >= state.next_offset:
+                error = self._fold(p, state, offset, value)
+                refused = error if offset == through else refused
+                state.next_offset = offset + 1
         return refused
 
     def _reset(self, state: _MetadataPartition) -> None:

@@ -10,7 +10,8 @@ maps a user partition to the metadata partition that orders its events.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from kafka.partitioner.default import murmur2
@@ -46,6 +47,17 @@ def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
     for element in (_long_hash(lsb), _long_hash(msb), tip.partition & _MASK32):
         h = (31 * h + element) & _MASK32
     return (murmur2(h.to_bytes(4, "big")) & 0x7FFFFFFF) % num_partitions
+
+
+@dataclass(frozen=True, slots=True)
+class PollLimits:
+    """A long-poll's bounds: the consumer's fetch.max.wait.ms, fetch.min.bytes,
+    fetch.max.bytes and max.partition.fetch.bytes."""
+
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partition_max_bytes: int
 
 
 class MetadataLog(Protocol):
@@ -86,4 +98,24 @@ class MetadataLog(Protocol):
 
     def end_offset(self, partition: int) -> int:
         """The offset after the last committed record (the high watermark)."""
+        ...
+
+    def poll_groups(self, partitions: Iterable[int]) -> list[list[int]]:
+        """``partitions`` split into the groups one ``poll`` serves together (in
+        a cluster: one per leader), each sorted, the groups sorted."""
+        ...
+
+    async def poll(self, positions: Mapping[int, int], limits: PollLimits
+                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+        """Long-poll one group: committed records from each partition's position.
+
+        Returns as soon as the records found hold ``limits.min_bytes`` (at
+        least one record when it is 0 or 1), or after ``limits.max_wait_ms``
+        with what there is (maybe nothing). Partitions without records may be
+        left out of the answer.
+
+        Raises:
+            Exception: the group cannot be read now (leader moved or down):
+                the caller backs off and groups again.
+        """
         ...
