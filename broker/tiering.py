@@ -29,6 +29,8 @@ import trio
 
 from config import BrokerConfig, ConfigError
 from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
+from protocol.partition import TopicPartition
+from replication.cluster import ClusterNode
 from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
 from replication.local_admin import LocalTopicAdmin
 from replication.metadata_cache import MetadataCache
@@ -42,10 +44,15 @@ from storage.remote.copy_process import ProcessCopier
 from storage.remote.gauges import RemoteGaugeCollector
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager, build_services
+from storage.remote.metadata_cache import (
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
 from storage.remote.read_pool import RemoteReadPool
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.rlmm_config import RlmmSettings, parse_settings
 from storage.remote.rsm import load_rsm
+from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -167,6 +174,35 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
     return Tiering(rlmm, manager, reads, gauges, replicas, admin)
+
+
+def wire_cluster(tiering: Tiering, node: ClusterNode) -> None:
+    """Cluster mode with the built-in metadata manager: it follows the metadata
+    partitions this broker leads whole; the controller marks deleted tiered
+    topics through it, and the remote log manager removes those marked in
+    the metadata partitions led here (``replication.controller_remote_deletes``)."""
+    rlmm = tiering.rlmm
+    if not isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+        return
+    node_id = node.node_id
+    metadata = node.metadata
+
+    def on_leadership(tp: TopicPartition, leader: bool) -> None:
+        if tp[0] == REMOTE_LOG_METADATA_TOPIC:
+            rlmm.on_metadata_partition_leadership(tp[1], leader)
+
+    async def mark(partitions: list[TopicIdPartition]) -> None:
+        for tip in partitions:
+            await rlmm.mark_partition_deleted(RemotePartitionDeleteMetadata(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, now_ms(), node_id))
+
+    def topic_deleted(tip: TopicIdPartition) -> bool:
+        # Not before the first UpdateMetadata (no topic is known yet).
+        return metadata.controller_id >= 0 and metadata.topic_by_id(tip.topic_id) is None
+
+    node.on_leadership.append(on_leadership)
+    node.controller.mark_remote_deletes = mark
+    tiering.manager.topic_deleted = topic_deleted
 
 
 def copy_processes(setting: int, rsm: Any) -> int:

@@ -36,7 +36,11 @@ A corrupt snapshot, or a committed offset beyond the end of the topic, makes
 that metadata partition be read again from the start.
 
 Unassigning every user partition of a metadata partition pauses it (its
-caches stay, stale, until it is assigned again and caught up).
+caches stay, stale, until it is assigned again and caught up). A metadata
+partition this broker leads is followed whole (``owned``) in cluster mode:
+its leader removes the remote data of the deleted topics the controller
+marked there (``mark_partition_deleted``, ``owned_deletions``; see
+``storage.remote.remover``).
 
 Concurrency: everything runs on the trio thread; file writes go through
 ``trio.to_thread``. The metadata log adapter is called with no lock but the
@@ -106,6 +110,7 @@ class _MetadataPartition:
     dirty: set[TopicIdPartition] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)
     assigned: set[TopicIdPartition] = field(default_factory=set)
+    owned: bool = False  # this broker leads it: followed whole
     ready: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
 
@@ -164,33 +169,17 @@ class TopicBasedRemoteLogMetadataManager:
             raise RemoteLogMetadataError(
                 f"{TOPIC_NAME} has {actual} partitions but {NUM_PARTITIONS_CONFIG} is "
                 f"{self.num_partitions}; the user partition mapping would change")
-        committed = await trio.to_thread.run_sync(rlmm_snapshot.read_committed_offsets,
-                                                  self._log_dir)
-        loaded = await trio.to_thread.run_sync(rlmm_snapshot.load_snapshots, self._log_dir)
-        stale = set(loaded.corrupt)
-        for name in loaded.corrupt:
-            # The file name still tells the user partition, and so its metadata
-            # partition (the mapping needs only the topic id and partition).
-            named = rlmm_snapshot.parse_snapshot_file_name(name)
-            if named is not None:
-                p = self.partition_for(TopicIdPartition(named[0], "", named[1]))
-                if committed.pop(p, None) is not None:
-                    log.warning("corrupt remote log metadata snapshot; re-reading its partition",
-                                file=name, metadata_partition=p)
-        for name, snap in loaded.snapshots.items():
-            p = self.partition_for(snap.topic_id_partition)
-            if p not in committed:
-                stale.add(name)
-                continue
-            state = self._partitions.setdefault(p, _MetadataPartition(next_offset=committed[p] + 1))
+        restored = await trio.to_thread.run_sync(rlmm_snapshot.restore, self._log_dir,
+                                                 self.partition_for)
+        committed = restored.committed
+        for p, offset in committed.items():
+            self._partitions.setdefault(p, _MetadataPartition(next_offset=offset + 1))
+        for snap in restored.snapshots:
+            state = self._partitions[self.partition_for(snap.topic_id_partition)]
             cache = RemoteLogMetadataCache(snap.topic_id_partition)
             cache.restore(snap.segments, snap.delete_metadata)
             state.caches[snap.topic_id_partition] = cache
             state.skip_through[snap.topic_id_partition] = snap.metadata_offset
-        for p, offset in committed.items():
-            self._partitions.setdefault(p, _MetadataPartition(next_offset=offset + 1))
-        if stale:
-            await trio.to_thread.run_sync(rlmm_snapshot.remove_snapshots, self._log_dir, stale)
         self._committed = committed
         self._started = True
         log.info("remote log metadata manager started", partitions=self.num_partitions,
@@ -247,8 +236,41 @@ class TopicBasedRemoteLogMetadataManager:
             if state is None:
                 continue
             state.assigned.discard(tip)
-            if not state.assigned:
+            if not state.assigned and not state.owned:
                 state.ready = False
+
+    def on_metadata_partition_leadership(self, partition: int, leader: bool) -> None:
+        """This broker became (or stopped being) the leader of metadata ``partition``."""
+        state = self._partitions.setdefault(partition, _MetadataPartition())
+        state.owned = leader
+        if not leader and not state.assigned:
+            state.ready = False
+        self.consumer.wake()
+
+    def owned_deletions(self) -> list[TopicIdPartition]:
+        """User partitions marked or started for deletion in the caught-up
+        metadata partitions this broker leads."""
+        unfinished = (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                      RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+        return [tip for state in self._partitions.values() if state.owned and state.ready
+                for tip, cache in state.caches.items()
+                if cache.delete_metadata and cache.delete_metadata.state in unfinished]
+
+    async def mark_partition_deleted(self, marked: RemotePartitionDeleteMetadata) -> None:
+        """The controller's DELETE_PARTITION_MARKED of a deleted topic's partition,
+        hosted here or not; nothing if a deletion is marked or started already.
+
+        Raises:
+            RemoteLogMetadataError, KafkaApiError, PeerError: not written (retriable).
+        """
+        tip = marked.topic_id_partition
+        p = self.partition_for(tip)
+        state = self._partitions.setdefault(p, _MetadataPartition())
+        async with state.lock:
+            await self._catch_up(p, state)
+        cache = state.caches.get(tip)
+        if cache is None or cache.delete_metadata is None:
+            await self._publish(marked, anywhere=True)
 
     def is_ready(self, tip: TopicIdPartition) -> bool:
         state = self._partitions.get(self.partition_for(tip))
@@ -277,7 +299,7 @@ class TopicBasedRemoteLogMetadataManager:
             self, metadata: RemotePartitionDeleteMetadata) -> None:
         await self._publish(metadata)
 
-    async def _publish(self, event: RemoteLogMetadata) -> None:
+    async def _publish(self, event: RemoteLogMetadata, anywhere: bool = False) -> None:
         """Check, append and fold ``event``.
 
         Raises:
@@ -290,7 +312,8 @@ class TopicBasedRemoteLogMetadataManager:
         if self._closed or not self._started:
             raise RemoteLogMetadataError("remote log metadata manager is not running")
         tip = event.topic_id_partition
-        p, state = self._assigned_state(tip)
+        p, state = ((self.partition_for(tip), self._partitions[self.partition_for(tip)])
+                    if anywhere else self._assigned_state(tip))
         async with state.lock:
             await self._catch_up(p, state)
             state.caches.get(tip, RemoteLogMetadataCache(tip)).check(event)
@@ -315,12 +338,13 @@ class TopicBasedRemoteLogMetadataManager:
     # -- folding records -----------------------------------------------------
 
     def positions(self) -> dict[int, int]:
-        return {p: state.next_offset for p, state in self._partitions.items() if state.assigned}
+        return {p: state.next_offset for p, state in self._partitions.items()
+                if state.assigned or state.owned}
 
     async def catch_up_pending(self) -> bool:
         caught_up = True
         for p, state in sorted(self._partitions.items()):
-            if state.assigned and not state.ready:
+            if (state.assigned or state.owned) and not state.ready:
                 try:
                     async with state.lock:
                         await self._catch_up(p, state)
@@ -358,7 +382,7 @@ class TopicBasedRemoteLogMetadataManager:
             if not batch:
                 break
             refused = self._fold_all(p, state, batch, through) or refused
-        if through is None and state.assigned:
+        if through is None and (state.assigned or state.owned):
             state.ready = True
         return refused
 

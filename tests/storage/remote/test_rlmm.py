@@ -572,3 +572,43 @@ async def test_run_writes_snapshots_on_its_interval(tmp_path, autojump_clock):
         # measured when this test *noticed* the first file may lag the write.)
         assert trio.current_time() >= 2 * 30.0 - 0.01
         nursery.cancel_scope.cancel()
+
+
+# -- deleted topics: the controller's markers, the metadata partition's owner ------
+
+
+def marked(tip: TopicIdPartition) -> RemotePartitionDeleteMetadata:
+    return RemotePartitionDeleteMetadata(tip, P.DELETE_PARTITION_MARKED, 1, 9)
+
+
+async def test_the_controller_marks_a_partition_it_does_not_host_once(tmp_path):
+    log = InMemoryMetadataLog()
+    controller = manager(log, tmp_path / "controller")
+    await controller.start()
+    await controller.mark_partition_deleted(marked(A))
+    await controller.mark_partition_deleted(marked(A))  # a new controller marks again
+    assert log.partitions[0] == [serialize(marked(A))]
+    with pytest.raises(MetadataNotReady):  # marking assigned nothing
+        controller.list_remote_log_segments(A)
+
+
+async def test_the_owner_of_a_metadata_partition_lists_its_unfinished_deletions(tmp_path):
+    log = InMemoryMetadataLog()
+    writer = await started(log, tmp_path / "writer", A, B, C)
+    for tip in (A, B, C):
+        await tier(writer, tip, 1, 1)
+    await writer.mark_partition_deleted(marked(A))
+    await writer.mark_partition_deleted(marked(B))
+    await writer.mark_partition_deleted(marked(C))
+    for state in (P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_FINISHED):
+        await writer.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(B, state, 1, 1))
+    owner = manager(log, tmp_path / "owner")
+    await owner.start()
+    owner.on_metadata_partition_leadership(0, True)
+    assert owner.owned_deletions() == []  # not caught up yet
+    assert await owner.catch_up_pending()
+    assert owner.owned_deletions() == [A]  # B finished; C is in metadata partition 3
+    assert owner.positions() == {0: len(log.partitions[0])}
+    owner.on_metadata_partition_leadership(0, False)
+    assert owner.owned_deletions() == [] and owner.positions() == {}
