@@ -46,15 +46,15 @@ Concurrency: everything runs on the trio thread; file writes go through
 ``trio.to_thread``. The metadata log adapter is called with no lock but the
 metadata partition's own.
 
-Why one module over ~450 lines: one manager folding one topic into caches,
+Why one module of ~450 lines: one manager folding one topic into caches,
 with its start-up, catch-up and snapshot logic sharing the same per-partition
-state.
+state (the folding itself is ``rlmm_partition``'s, the consumer task
+``rlmm_consumer``'s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import structlog
 import trio
@@ -79,7 +79,8 @@ from storage.remote.rlmm_api import (
 )
 from storage.remote.rlmm_config import RlmmSettings
 from storage.remote.rlmm_consumer import MetadataConsumer
-from storage.remote.rlmm_serde import MetadataRecordError, deserialize, serialize, snapshot_bytes
+from storage.remote.rlmm_partition import MetadataPartition
+from storage.remote.rlmm_serde import serialize, snapshot_bytes
 from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
 
 __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "MetadataLog",
@@ -96,23 +97,6 @@ DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
 RETRY_BACKOFF_S = 0.1
 # Kafka's defaults for every rlmm.config.* key.
 _DEFAULT_SETTINGS = RlmmSettings()
-
-
-@dataclass(slots=True)
-class _MetadataPartition:
-    """Everything known about one metadata partition."""
-
-    caches: dict[TopicIdPartition, RemoteLogMetadataCache] = field(default_factory=dict)
-    next_offset: int = 0
-    # User partitions restored from snapshots -> the snapshot's metadata offset.
-    skip_through: dict[TopicIdPartition, int] = field(default_factory=dict)
-    # User partitions changed since their snapshot; snapshot files to delete.
-    dirty: set[TopicIdPartition] = field(default_factory=set)
-    removed: set[str] = field(default_factory=set)
-    assigned: set[TopicIdPartition] = field(default_factory=set)
-    owned: bool = False  # this broker leads it: followed whole
-    ready: bool = False
-    lock: trio.Lock = field(default_factory=trio.Lock)
 
 
 class TopicBasedRemoteLogMetadataManager:
@@ -137,7 +121,7 @@ class TopicBasedRemoteLogMetadataManager:
         self._log_dir = log_dir
         self.num_partitions = num_partitions
         self._settings = settings
-        self._partitions: dict[int, _MetadataPartition] = {}
+        self._partitions: dict[int, MetadataPartition] = {}
         self._committed: dict[int, int] = {}
         self._started = False
         self._closed = False
@@ -153,6 +137,15 @@ class TopicBasedRemoteLogMetadataManager:
 
     def partition_for(self, tip: TopicIdPartition) -> int:
         return metadata_partition(tip, self.num_partitions)
+
+    def _new_partition(self, p: int, next_offset: int = 0) -> MetadataPartition:
+        return MetadataPartition(p, self.partition_for, next_offset=next_offset)
+
+    def _partition(self, p: int) -> MetadataPartition:
+        state = self._partitions.get(p)
+        if state is None:
+            state = self._partitions[p] = self._new_partition(p)
+        return state
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -173,7 +166,7 @@ class TopicBasedRemoteLogMetadataManager:
                                                  self.partition_for)
         committed = restored.committed
         for p, offset in committed.items():
-            self._partitions.setdefault(p, _MetadataPartition(next_offset=offset + 1))
+            self._partitions.setdefault(p, self._new_partition(p, next_offset=offset + 1))
         for snap in restored.snapshots:
             state = self._partitions[self.partition_for(snap.topic_id_partition)]
             cache = RemoteLogMetadataCache(snap.topic_id_partition)
@@ -227,7 +220,7 @@ class TopicBasedRemoteLogMetadataManager:
                                         followers: Iterable[TopicIdPartition]) -> None:
         for tip in [*leaders, *followers]:
             p = self.partition_for(tip)
-            self._partitions.setdefault(p, _MetadataPartition()).assigned.add(tip)
+            self._partition(p).assigned.add(tip)
         self.consumer.wake()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
@@ -241,7 +234,7 @@ class TopicBasedRemoteLogMetadataManager:
 
     def on_metadata_partition_leadership(self, partition: int, leader: bool) -> None:
         """This broker became (or stopped being) the leader of metadata ``partition``."""
-        state = self._partitions.setdefault(partition, _MetadataPartition())
+        state = self._partition(partition)
         state.owned = leader
         if not leader and not state.assigned:
             state.ready = False
@@ -250,11 +243,8 @@ class TopicBasedRemoteLogMetadataManager:
     def owned_deletions(self) -> list[TopicIdPartition]:
         """User partitions marked or started for deletion in the caught-up
         metadata partitions this broker leads."""
-        unfinished = (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
-                      RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
         return [tip for state in self._partitions.values() if state.owned and state.ready
-                for tip, cache in state.caches.items()
-                if cache.delete_metadata and cache.delete_metadata.state in unfinished]
+                for tip in state.unfinished_deletions()]
 
     async def mark_partition_deleted(self, marked: RemotePartitionDeleteMetadata) -> None:
         """The controller's DELETE_PARTITION_MARKED of a deleted topic's partition,
@@ -265,7 +255,7 @@ class TopicBasedRemoteLogMetadataManager:
         """
         tip = marked.topic_id_partition
         p = self.partition_for(tip)
-        state = self._partitions.setdefault(p, _MetadataPartition())
+        state = self._partition(p)
         async with state.lock:
             await self._catch_up(p, state)
         cache = state.caches.get(tip)
@@ -328,7 +318,7 @@ class TopicBasedRemoteLogMetadataManager:
         if error is not None:
             raise RemoteLogMetadataError(f"{tip}: record {p}:{offset} refused: {error}") from error
 
-    def _assigned_state(self, tip: TopicIdPartition) -> tuple[int, _MetadataPartition]:
+    def _assigned_state(self, tip: TopicIdPartition) -> tuple[int, MetadataPartition]:
         p = self.partition_for(tip)
         state = self._partitions.get(p)
         if state is None or tip not in state.assigned:
@@ -338,13 +328,12 @@ class TopicBasedRemoteLogMetadataManager:
     # -- folding records -----------------------------------------------------
 
     def positions(self) -> dict[int, int]:
-        return {p: state.next_offset for p, state in self._partitions.items()
-                if state.assigned or state.owned}
+        return {p: state.next_offset for p, state in self._partitions.items() if state.followed}
 
     async def catch_up_pending(self) -> bool:
         caught_up = True
         for p, state in sorted(self._partitions.items()):
-            if (state.assigned or state.owned) and not state.ready:
+            if state.followed and not state.ready:
                 try:
                     async with state.lock:
                         await self._catch_up(p, state)
@@ -360,9 +349,9 @@ class TopicBasedRemoteLogMetadataManager:
             return
         async with state.lock:
             if position <= state.next_offset:  # else: re-read from the start meanwhile
-                self._fold_all(partition, state, found)
+                state.fold_all(found)
 
-    async def _catch_up(self, p: int, state: _MetadataPartition,
+    async def _catch_up(self, p: int, state: MetadataPartition,
                         through: int | None = None) -> Exception | None:
         """Fold records of ``p`` up to ``through`` (default: the end). Caller holds the lock.
 
@@ -373,7 +362,7 @@ class TopicBasedRemoteLogMetadataManager:
         if state.next_offset > end:
             log.warning("remote log metadata behind committed offset; re-reading",
                         metadata_partition=p, committed=state.next_offset - 1, end=end)
-            self._reset(state)
+            state.reset()
         target = end if through is None else through + 1
         refused: Exception | None = None
         while state.next_offset < target:
@@ -381,60 +370,10 @@ class TopicBasedRemoteLogMetadataManager:
                                          self._settings.max_partition_fetch_bytes)
             if not batch:
                 break
-            refused = self._fold_all(p, state, batch, through) or refused
-        if through is None and (state.assigned or state.owned):
+            refused = state.fold_all(batch, through) or refused
+        if through is None and state.followed:
             state.ready = True
         return refused
-
-    def _fold_all(self, p: int, state: _MetadataPartition, batch: Sequence[tuple[int, bytes]],
-                  through: int | None = None) -> Exception | None:
-        """Fold the records of ``batch`` not folded yet; why ``through`` was refused."""
-        refused = None
-        for offset, value in batch:
-            if offset >= state.next_offset:
-                error = self._fold(p, state, offset, value)
-                refused = error if offset == through else refused
-                state.next_offset = offset + 1
-        return refused
-
-    def _reset(self, state: _MetadataPartition) -> None:
-        state.removed.update(rlmm_snapshot.snapshot_file_name(t) for t in state.caches)
-        state.caches.clear()
-        state.skip_through.clear()
-        state.dirty.clear()
-        state.next_offset = 0
-
-    def _fold(self, p: int, state: _MetadataPartition, offset: int,
-              value: bytes) -> Exception | None:
-        try:
-            event = deserialize(value)
-        except MetadataRecordError as exc:
-            log.error("dropping undecodable remote log metadata", metadata_partition=p,
-                      offset=offset, error=str(exc))
-            return exc
-        tip = event.topic_id_partition
-        if self.partition_for(tip) != p:
-            log.error("dropping remote log metadata in the wrong partition", tip=str(tip),
-                      metadata_partition=p, offset=offset)
-            return RemoteLogMetadataError(f"{tip} does not belong to metadata partition {p}")
-        if offset <= state.skip_through.get(tip, -1):
-            return None
-        cache = state.caches.get(tip) or RemoteLogMetadataCache(tip)
-        try:
-            cache.apply(event)
-        except (RemoteLogMetadataError, ValueError) as exc:
-            log.warning("dropping remote log metadata", metadata_partition=p, offset=offset,
-                        error=str(exc))
-            return exc
-        if (isinstance(event, RemotePartitionDeleteMetadata)
-                and event.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED):
-            state.caches.pop(tip, None)
-            state.dirty.discard(tip)
-            state.removed.add(rlmm_snapshot.snapshot_file_name(tip))
-        else:
-            state.caches[tip] = cache
-            state.dirty.add(tip)
-        return None
 
     # -- snapshots -----------------------------------------------------------
 
