@@ -269,7 +269,8 @@ class RemoteLogManager:
         if self.topic_deleted is not None and owned_deletions is not None:
             adopted, dropped = self.remover.adopt(
                 [tip for tip in owned_deletions() if self.topic_deleted(tip)])
-            self.svc.rlmm.on_partition_leadership_changes(adopted, [])
+            if adopted:
+                self.svc.rlmm.on_partition_leadership_changes(adopted, [])
             self._forget(dropped)
         self._forget(await self.remover.run_once())
 

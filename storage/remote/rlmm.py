@@ -218,10 +218,13 @@ class TopicBasedRemoteLogMetadataManager:
 
     def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
                                         followers: Iterable[TopicIdPartition]) -> None:
+        changed = False
         for tip in [*leaders, *followers]:
-            p = self.partition_for(tip)
-            self._partition(p).assigned.add(tip)
-        self.consumer.wake()
+            state = self._partition(self.partition_for(tip))
+            changed |= tip not in state.assigned or not state.ready
+            state.assigned.add(tip)
+        if changed:  # a new round would cancel parked polls: only when it matters
+            self.consumer.wake()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         for tip in partitions:
@@ -235,6 +238,8 @@ class TopicBasedRemoteLogMetadataManager:
     def on_metadata_partition_leadership(self, partition: int, leader: bool) -> None:
         """This broker became (or stopped being) the leader of metadata ``partition``."""
         state = self._partition(partition)
+        if state.owned == leader:
+            return
         state.owned = leader
         if not leader and not state.assigned:
             state.ready = False
