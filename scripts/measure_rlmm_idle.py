@@ -11,9 +11,10 @@ metadata manager's Fetch requests.
 
 Then, with tiering on, it produces one batch per segment to partition 0 and
 asks the leader and one follower for DescribeTiering in tight loops: the
-latency is from the leader's highest tiered offset moving (its
-COPY_SEGMENT_FINISHED written and folded) to the follower's moving (its
-manager folded the record).
+latency is from the leader's count of finished remote segments growing (its
+metadata manager wrote and folded COPY_SEGMENT_FINISHED) to the follower's
+growing (its metadata manager folded the record). Both counts are read from
+the managers when the request is answered.
 
 Run from the repository root::
 
@@ -94,25 +95,25 @@ def start(workdir: Path, zk: ZooKeeperServer, tiered: bool) -> tuple[Cluster, di
     return cluster, ports
 
 
-def tiered_offset(client: RawClient) -> int:
+def finished_segments(client: RawClient) -> int:
     body = DescribeTieringRequest[1](topics=[DescribeTieringRequest[1].TopicRequest(
         name=TOPIC, partition_indexes=[0])])
     response = client.request(body, 1, DescribeTieringResponse[1])
     for topic in response.topics:
         for p in topic.partitions:
             if p.partition_index == 0:
-                return int(p.highest_tiered_offset)
+                return int(p.remote_segments)
     return -1
 
 
 def watch(host: str, port: int, seen: dict[int, float], stop: threading.Event) -> None:
-    """Record when each highest tiered offset is first seen on this broker."""
+    """Record when each count of finished segments is first seen on this broker."""
     with RawClient(host, port) as client:
         while not stop.is_set():
-            offset = tiered_offset(client)
+            count = finished_segments(client)
             now = time.monotonic()
-            for o in range(max(seen, default=-1) + 1, offset + 1):
-                seen.setdefault(o, now)
+            for n in range(max(seen, default=0) + 1, count + 1):
+                seen.setdefault(n, now)
 
 
 def latencies(cluster: Cluster, segments: int) -> list[float]:
