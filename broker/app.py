@@ -28,6 +28,8 @@ from broker.dynamic_config import (
     LocalDynamicConfigStore,
     ZkDynamicConfigStore,
 )
+from broker.features import ClusterFeatures, LocalFeatureStore
+from broker.group_configs import GroupConfigs, LocalGroupConfigStore, ZkGroupConfigStore
 from broker.metrics import BrokerMetrics
 from broker.security import build_listener_security
 from broker.security.acl_store import build_acl_store
@@ -46,6 +48,7 @@ from replication.local_admin import SingleNode, open_single_node
 from replication.metadata_cache import BrokerEndpoint
 from replication.peer import Connector
 from replication.replica_manager import ReplicaManager
+from replication.zk_features import ZkFeatureStore
 
 log = structlog.get_logger(__name__)
 
@@ -133,6 +136,16 @@ async def run(config: BrokerConfig) -> None:
     ctx.quotas = (ZkQuotaStore(ctx.cluster.zk, client_quotas) if ctx.cluster is not None
                   else LocalQuotaStore(config.log_dir, client_quotas))
     ctx.acls = await build_acl_store(config, ctx.cluster)
+    ctx.features = ClusterFeatures.of(config, ZkFeatureStore(ctx.cluster.zk)
+                                      if ctx.cluster is not None
+                                      else LocalFeatureStore(config.log_dir))
+    await ctx.features.load()
+    ctx.group_configs = GroupConfigs(config, ZkGroupConfigStore(ctx.cluster.zk)
+                                     if ctx.cluster is not None
+                                     else LocalGroupConfigStore(config.log_dir))
+    await ctx.group_configs.load()
+    if ctx.groups is not None:
+        ctx.groups.consumer.group_config = ctx.group_configs.value
     ctx.client_telemetry = client_telemetry = ClientTelemetry(
         subscription_from_config(config["tierd.client.metrics.names"],
                                  config["tierd.client.metrics.interval.ms"]),
@@ -156,6 +169,8 @@ async def run(config: BrokerConfig) -> None:
             nursery.start_soon(ctx.replicas.run)
             nursery.start_soon(ctx.quotas.run)
             nursery.start_soon(dynamic.run)
+            nursery.start_soon(ctx.features.run)
+            nursery.start_soon(ctx.group_configs.run)
             if ctx.acls is not None:
                 nursery.start_soon(ctx.acls.run)
             nursery.start_soon(ctx.metrics.run_replication, ctx.replicas, ctx.cluster)

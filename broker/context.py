@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from broker.client_telemetry import ClientTelemetry
 from broker.coordinator import GroupCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
+from broker.features import ClusterFeatures
+from broker.group_configs import GroupConfigs
 from broker.metrics import BrokerMetrics
 from broker.security.acl_store import AclStore
 from broker.security.quotas import QuotaStore
@@ -46,6 +48,10 @@ class BrokerContext:
     acls: AclStore | None = None
     # Dynamic broker configs (kafka-configs --entity-type brokers); None: static only.
     dynamic: DynamicBrokerConfigs | None = None
+    # The cluster's finalized feature levels (KIP-584); None: the config's seed.
+    features: ClusterFeatures | None = None
+    # Per-group configs (KIP-848); None: every group follows the broker's values.
+    group_configs: GroupConfigs | None = None
     # KIP-714 client metrics; None: the telemetry requests are answered UNSUPPORTED_VERSION.
     client_telemetry: ClientTelemetry | None = None
     # Each topic's part of a Metadata response, encoded (kept between requests).

@@ -13,6 +13,10 @@ could leave that part unusable).
 - KIP-956 remote quotas: the copier and remote reads see the new rate at once.
 - KIP-714 client metrics (``tierd.client.metrics.*``): a new subscription,
   with new subscription ids, that clients learn at their next push.
+- ``unclean.leader.election.enable``: the controller reads it at each
+  election; turned on, the acting controller elects the leaderless partitions.
+- ``num.replica.fetchers``: followed partitions move to their fetcher for the
+  new count (replication/fetcher_resize.py).
 
 Concurrency: appliers run on the event loop and do not await; rebuilding log
 configs walks the hosted partitions once per change (an operator action).
@@ -39,6 +43,7 @@ from config.dynamic import (
     REMOTE_QUOTA_KEYS,
     split_listener,
 )
+from replication import fetcher_resize
 
 
 def install(dynamic: DynamicBrokerConfigs, ctx: BrokerContext,
@@ -86,6 +91,17 @@ def install(dynamic: DynamicBrokerConfigs, ctx: BrokerContext,
                 config["tierd.client.metrics.names"], config["tierd.client.metrics.interval.ms"]))
 
     dynamic.on_change(client_metrics)
+
+    if ctx.cluster is not None:
+        cluster = ctx.cluster
+
+        def replication(changed: set[str]) -> None:
+            if "unclean.leader.election.enable" in changed:
+                cluster.controller.unclean_default_changed()
+            if "num.replica.fetchers" in changed:
+                fetcher_resize.resize(cluster.fetchers)
+
+        dynamic.on_change(replication)
 
     for security in securities:
         if security.tls is not None:

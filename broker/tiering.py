@@ -40,6 +40,7 @@ from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
 from storage.remote import chunk_cache
+from storage.remote.codec_storage import load_storage
 from storage.remote.copy_process import ProcessCopier
 from storage.remote.gauges import RemoteGaugeCollector
 from storage.remote.lookups import RemoteLookups
@@ -51,7 +52,6 @@ from storage.remote.metadata_cache import (
 from storage.remote.read_pool import RemoteReadPool
 from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from storage.remote.rlmm_config import RlmmSettings, parse_settings
-from storage.remote.rsm import load_rsm
 from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
@@ -153,7 +153,7 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
                               "remote.log.storage.manager.class.name (s3)")
         rsm_settings["dir"] = os.path.abspath(config.log_dir.rstrip("/") + "-remote")
     rsm_settings, chunk_settings = chunk_cache.split_settings(rsm_settings)
-    rsm = load_rsm(rsm_class, rsm_settings)
+    rsm = load_storage(rsm_class, rsm_settings)
     rlmm = _build_rlmm(config, admin, metadata, replicas, cluster, connector)
     services = build_services(config, config.log_dir, rsm, rlmm, registry, now_ms,
                               chunk_settings)

@@ -48,6 +48,17 @@ CONSUMER_ASSIGNORS = {
 }
 
 
+# group.consumer.migration.policy: which online conversions between classic
+# and consumer groups are allowed (Kafka 4.x's ConsumerGroupMigrationPolicy).
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+def _migration_policy_check(value: str) -> str | None:
+    if value.lower() not in MIGRATION_POLICIES:
+        return f"one of {', '.join(MIGRATION_POLICIES)} (case-insensitive)"
+    return None
+
+
 def _assignors_check(value: list[str]) -> str | None:
     if not value:
         return "at least one assignor"
@@ -154,11 +165,28 @@ _DEFS: list[ConfigDef] = [
               "members of consumer-protocol groups (KIP-848).", at_least=1),
     ConfigDef("group.consumer.heartbeat.interval.ms", T.INT, 5000, "Heartbeat interval given "
               "to members of consumer-protocol groups (KIP-848).", at_least=1),
+    ConfigDef("group.consumer.min.session.timeout.ms", T.INT, 45000, "Smallest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.session.timeout.ms", T.INT, 60000, "Largest "
+              "consumer.session.timeout.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "Smallest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "Largest "
+              "consumer.heartbeat.interval.ms a consumer group may be configured with.",
+              at_least=1),
     ConfigDef("group.consumer.assignors", T.LIST, ["uniform", "range"], "Server-side assignors "
               "of consumer-protocol groups, the first being the default (uniform, range).",
               check=_assignors_check),
     ConfigDef("group.consumer.max.size", T.INT, INT_MAX, "Most members of one "
               "consumer-protocol group.", at_least=1),
+    ConfigDef("group.consumer.migration.policy", T.STRING, "bidirectional", "Online "
+              "conversion of a non-empty group between the classic and the consumer "
+              "protocols (KIP-848): bidirectional, upgrade (classic to consumer only), "
+              "downgrade (consumer to classic only) or disabled. Empty groups convert "
+              "either way regardless.", check=_migration_policy_check),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets "
               "(fixed once the topic exists).", at_least=1),
     ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "
@@ -191,10 +219,11 @@ _DEFS: list[ConfigDef] = [
               "leader appends a transactional batch (transactions v1), ask the transaction "
               "coordinator whether the partition is in the open transaction (KIP-890 part 1); "
               "a partition outside it is refused with INVALID_TXN_STATE."),
-    ConfigDef("tierd.transaction.version", T.SHORT, 2, "The finalized transaction.version "
-              "feature level ApiVersions advertises (KIP-890): 2 lets clients use "
-              "transactions v2 (an epoch bump per transaction, partitions added by Produce); "
-              "0 keeps every client on transactions v1.", at_least=0, at_most=2),
+    ConfigDef("tierd.transaction.version", T.SHORT, 2, "The transaction.version feature "
+              "level (KIP-890) a cluster is finalized at while no levels are stored yet "
+              "(UpdateFeatures changes them later): 2 lets clients use transactions v2 (an "
+              "epoch bump per transaction, partitions added by Produce); 0 keeps every "
+              "client on transactions v1.", at_least=0, at_most=2),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 3, "Replication factor of "
               "__consumer_offsets (cluster mode).", at_least=1),
     ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3, "Replication factor of "

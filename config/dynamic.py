@@ -46,11 +46,12 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 # Broker defaults of topic configs: topics without their own value follow them.
-# unclean.leader.election.enable is left out: the controller reads it when it
-# loads a topic, so a new default would not reach elections until a restart.
+# unclean.leader.election.enable is left out: no log reads it (the controller
+# does, REPLICATION_KEYS).
 LOG_KEYS = frozenset(v for v in SYNONYMS.values() if v != "unclean.leader.election.enable") | {
     "log.retention.minutes", "log.retention.hours", "log.roll.hours",
     "log.roll.jitter.hours"}
@@ -67,7 +68,11 @@ REMOTE_QUOTA_KEYS = frozenset({
 # KIP-714 client metrics subscription (tierd's stand-in for CLIENT_METRICS resources).
 CLIENT_METRICS_KEYS = frozenset({"tierd.client.metrics.names",
                                  "tierd.client.metrics.interval.ms"})
-LIVE = LOG_KEYS | CLEANER_KEYS | CONNECTION_KEYS | REMOTE_QUOTA_KEYS | CLIENT_METRICS_KEYS
+# Read by the controller at each election (a change to true also elects the
+# partitions left without a leader), and the replica fetchers' count.
+REPLICATION_KEYS = frozenset({"unclean.leader.election.enable", "num.replica.fetchers"})
+LIVE = (LOG_KEYS | CLEANER_KEYS | CONNECTION_KEYS | REMOTE_QUOTA_KEYS | CLIENT_METRICS_KEYS
+        | REPLICATION_KEYS)
 
 # Keystore and truststore files: new TLS connections of the listener use them.
 SSL_FILE_KEYS = frozenset({
@@ -83,7 +88,7 @@ LISTENER_LIVE = SSL_FILE_KEYS | {"max.connections", "max.connection.creation.rat
 # Dynamic in Kafka, not (yet) live in tierd: refused. The SSL passwords would
 # have to be stored encrypted (Kafka's password.encoder.secret).
 NOT_LIVE = frozenset({
-    "unclean.leader.election.enable", "num.replica.fetchers", "num.io.threads",
+    "num.io.threads",
     "num.network.threads", "num.recovery.threads.per.data.dir",
     "remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
     "remote.log.reader.threads", "remote.log.manager.copier.thread.pool.size",

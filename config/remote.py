@@ -18,7 +18,7 @@ BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("remote.log.storage.system.enable", T.BOOLEAN, False,
               "Enable tiered storage on this broker."),
     ConfigDef("remote.log.storage.manager.class.name", T.STRING, "filesystem",
-              "RemoteStorageManager: 'filesystem', 's3' or a dotted path to a class."),
+              "RemoteStorageManager: 'filesystem', 's3', 'gcs', 'azure' or a dotted path to a class."),
     ConfigDef("remote.log.metadata.manager.class.name", T.STRING, "topic-based",
               "RemoteLogMetadataManager: 'topic-based' or a dotted path to a class."),
     ConfigDef("remote.log.manager.copier.thread.pool.size", T.INT, 10,
@@ -36,7 +36,7 @@ BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("tierd.remote.copy.processes", T.INT, -1,
               "Worker processes (niced) that run segment copies, so a store client's CPU "
               "(boto3) never holds the broker's interpreter; 0 = copy in the broker's "
-              "threads; -1 = one for a storage manager whose copies run Python code (S3), "
+              "threads; -1 = one for a storage manager whose copies run Python code (S3, GCS, Azure), "
               "none for the directory one (its copies are file copies).",
               at_least=-1),
     ConfigDef("tierd.remote.audit.interval.ms", T.LONG, 3_600_000,
@@ -66,6 +66,12 @@ BROKER_DEFS: list[ConfigDef] = [
               "Samples in the remote fetch quota window.", at_least=1),
     ConfigDef("remote.log.manager.fetch.quota.window.size.seconds", T.INT, 1,
               "Seconds per remote fetch quota sample.", at_least=1),
+    ConfigDef("follower.fetch.last.tiered.offset.enable", T.BOOLEAN, True,
+              "A follower with no local data, or below its leader's local log start, "
+              "rebuilds from the remote tier and replicates from the leader's last tiered "
+              "offset + 1 (KIP-1023) instead of from the leader's local log start "
+              "(KIP-405). On by default here (Kafka: off): it is what makes a rebuilt "
+              "replica copy only the untiered tail; false keeps the KIP-405 path."),
     ConfigDef("log.local.retention.ms", T.LONG, -2,
               "Local retention time of tiered topics; -2 = use log.retention.ms.", at_least=-2),
     ConfigDef("log.local.retention.bytes", T.LONG, -2,

@@ -51,7 +51,7 @@ SUPPORTED: dict[int, ApiSpec] = {
         # v12: a transactions-v2 client's batches add their partitions (KIP-890).
         _spec(producer.ProduceRequest, producer.ProduceResponse, 3, 12),
         _spec(consumer.FetchRequest, consumer.FetchResponse, 4, 17),
-        _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 9),
+        _spec(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 11),
         _spec(metadata.MetadataRequest, metadata.MetadataResponse, 1, 12),
         _spec(consumer.OffsetForLeaderEpochRequest, consumer.OffsetForLeaderEpochResponse, 2, 4),
         _spec(metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 4),
@@ -64,6 +64,8 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 4),
         _spec(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
         _spec(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 1),
+        # KIP-584 finalized features (broker/handlers/features.py).
+        _spec(admin.UpdateFeaturesRequest, admin.UpdateFeaturesResponse, 0, 2),
         # KIP-966 paged topic descriptions (broker/topic_partitions_page.py).
         _spec(admin.DescribeTopicPartitionsRequest, admin.DescribeTopicPartitionsResponse, 0, 0),
         # Preferred and unclean elections on demand (cluster mode: the controller).
@@ -90,7 +92,7 @@ SUPPORTED: dict[int, ApiSpec] = {
         _spec(consumer_group_apis.ConsumerGroupHeartbeatRequest,
               consumer_group_apis.ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(consumer_group_apis.ConsumerGroupDescribeRequest,
-              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 0),
+              consumer_group_apis.ConsumerGroupDescribeResponse, 0, 1),
         # Transactions (broker/handlers/transactions.py); EndTxn v5 and
         # TxnOffsetCommit v5 are transactions v2 (KIP-890 part 2).
         _spec(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 5),

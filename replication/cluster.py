@@ -39,7 +39,7 @@ from replication.controller_requests import (
     send_controlled_shutdown,
 )
 from replication.elections import LEADER_DURING_DELETE, LeaderAndIsr
-from replication.fetcher import FetcherManager
+from replication.fetcher_manager import FetcherManager
 from replication.internal_topics import INTERNAL_TOPICS, InternalTopics
 from replication.isr import IsrManager
 from replication.metadata import META_FILE, LocalMetadataStore, TopicInfo

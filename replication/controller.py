@@ -86,6 +86,8 @@ class Controller:
         # Set by the tiering wiring: marks a deleted tiered topic's partitions
         # for remote deletion (``controller_remote_deletes``).
         self.mark_remote_deletes: MarkDeleted | None = None
+        # Set when unclean.leader.election.enable may have become true (a dynamic change).
+        self._unclean_enabled = trio.Event()
         channel.resync = self._resync
 
     def _resync(self, broker: int) -> None:
@@ -119,6 +121,7 @@ class Controller:
             nursery.start_soon(self._watch_topics)
             nursery.start_soon(self._watch_deletions)
             nursery.start_soon(self._rebalance_loop)
+            nursery.start_soon(self._elect_when_unclean_enabled)
             await self.membership.wait_controller_lost(self.node_id)
             nursery.cancel_scope.cancel()
 
@@ -153,10 +156,8 @@ class Controller:
         if assignment is None:
             return []
         self.ctx.topic_ids[topic] = assignment.topic_id
-        config = await self.configs.get_topic_config(topic)
-        default_unclean = self.config["unclean.leader.election.enable"]
-        self.ctx.unclean[topic] = str(config.get("unclean.leader.election.enable",
-                                                 default_unclean)).lower() == "true"
+        own = (await self.configs.get_topic_config(topic)).get("unclean.leader.election.enable")
+        self.ctx.unclean[topic] = None if own is None else str(own).lower() == "true"
         added = []
         unknown = []
         for p, replicas in assignment.partitions.items():
@@ -231,6 +232,24 @@ class Controller:
         async for brokers in self.membership.watch_brokers():
             async with self.lock:
                 await self.elector.on_brokers(brokers)
+
+    def unclean_default_changed(self) -> None:
+        """The broker's unclean.leader.election.enable changed (a dynamic config):
+        if it is now true, the acting controller elects the partitions left
+        without a leader, as Kafka's controller does."""
+        if self.config["unclean.leader.election.enable"]:
+            self._unclean_enabled.set()
+
+    async def _elect_when_unclean_enabled(self) -> None:
+        while True:
+            await self._unclean_enabled.wait()
+            self._unclean_enabled = trio.Event()
+            async with self.lock:
+                offline = [tp for tp, s in self.ctx.states.items() if s.leader not in self.ctx.live]
+                changed = await self.elector.ensure_leaders(offline)
+                log.info("unclean leader election enabled", offline=len(offline),
+                         elected=len(changed))
+                self.elector.announce(changed)
 
     # -- topics ----------------------------------------------------------------
 

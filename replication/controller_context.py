@@ -22,8 +22,14 @@ class ControllerContext:
     topic_ids: dict[str, object] = field(default_factory=dict)
     assignments: dict[TopicPartition, list[int]] = field(default_factory=dict)
     states: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
-    unclean: dict[str, bool] = field(default_factory=dict)
+    # Each topic's own unclean.leader.election.enable (None: the broker's value
+    # at the time of the election).
+    unclean: dict[str, bool | None] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
+
+    def unclean_allowed(self, topic: str, default: bool) -> bool:
+        own = self.unclean.get(topic)
+        return default if own is None else own
 
     @property
     def live(self) -> set[int]:

@@ -26,6 +26,7 @@ from typing import Protocol
 import structlog
 import trio
 
+from config import BrokerConfig
 from protocol.partition import TopicPartition
 from replication import elections
 from replication.controller_channel import ControllerChannel
@@ -49,6 +50,8 @@ class ElectingController(Protocol):
     partition_states: ZkPartitionStates
     channel: ControllerChannel
     stats: ControllerStats
+    # The broker's config: unclean.leader.election.enable is read at each election.
+    config: BrokerConfig
 
 
 class Elector:
@@ -93,7 +96,8 @@ class Elector:
         if current.leader in ctx.live:
             return None
         new = elections.offline_election(ctx.assignments[tp], current, ctx.live,
-                                         ctx.unclean.get(tp[0], False), ctx.epoch)
+                                         ctx.unclean_allowed(tp[0], self.controller.config[
+                                             "unclean.leader.election.enable"]), ctx.epoch)
         if new is None:
             if current.leader != NO_LEADER:
                 new = elections.remove_replica(current, current.leader, ctx.epoch)

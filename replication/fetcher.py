@@ -33,7 +33,16 @@ as a task of its own while the fetcher goes on with its other partitions;
 the partition waits meanwhile. Success restarts its log after the remote
 data and it fetches the local tail; failure is counted and retried with
 exponential backoff (the next fetch gets OFFSET_MOVED_TO_TIERED_STORAGE
-again).
+again). With ``follower.fetch.last.tiered.offset.enable`` (KIP-1023) a
+partition of a tiered topic that joins with no local data is "probing": its
+leader may hold its whole log locally and never answer it
+OFFSET_MOVED_TO_TIERED_STORAGE, so if the first answer shows data the
+follower lacks (the leader's high watermark above its log end), the records
+of that answer are dropped and it enters that state all the same, asking the
+leader where its tier ends. A probe that finds nothing tiered above it
+fetches as usual; a failed one is retried like a rebuild, up to
+MAX_PROBE_FAILURES. A new topic's partitions (nothing to fetch yet) cost no
+probe.
 
 Error handling: a partition's error delays only that partition for
 replica.fetch.backoff.ms; a connection failure delays the whole fetcher and
@@ -45,14 +54,15 @@ and resets its state.
 Why one module over ~450 lines: the follower state machine, its table and the
 fetch loop that drives it belong together (the table is only readable next to
 the moves the loop makes); the state names alone live in
-``replication.follower_state``.
+``replication.follower_state``, the follower's side of the fetch session in
+``replication.leader_session``, which fetcher follows which partition in
+``replication.fetcher_manager``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +74,8 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.partition import TopicPartition
 from replication import remote_aux_state
-from replication.fetch_session import INITIAL_EPOCH, NO_SESSION
 from replication.follower_state import FollowerState
+from replication.leader_session import LeaderSession, Position
 from replication.peer import Peer, PeerError
 from storage.pace import Pacer
 
@@ -81,6 +91,10 @@ UNDEFINED = -1
 # Longest wait between two attempts to rebuild a partition from the remote tier
 # (each failure doubles replica.fetch.backoff.ms up to this).
 MAX_AUX_STATE_BACKOFF_S = 30.0
+# Failed probes (KIP-1023, an empty follower) before the follower gives up the
+# shortcut and replicates from its log end: about a minute of backoffs; the
+# leader still answers OFFSET_MOVED_TO_TIERED_STORAGE below its local start.
+MAX_PROBE_FAILURES = 5
 
 
 class IllegalTransition(RuntimeError):
@@ -107,6 +121,8 @@ class FollowerPartition:
     # Failed attempts to rebuild from the remote tier in a row, and the last error.
     aux_failures: int = 0
     aux_error: str | None = None
+    # Joined with no local data (KIP-1023): the build asks the leader first.
+    probing: bool = False
     # The number of the first fetch request that can carry it (an answer to an
     # earlier request is about a partition it replaced).
     first_request: int = 0
@@ -123,91 +139,6 @@ def fetcher_index(tp: TopicPartition, fetchers: int) -> int:
     return (zlib.crc32(tp[0].encode()) * 31 + tp[1]) % max(fetchers, 1)
 
 
-# What a fetch request tells the leader about one partition: fetch offset,
-# current leader epoch, last fetched epoch, log start offset.
-Position = tuple[int, int, int, int]
-# In ``LeaderSession.sent``: a partition to name again whatever its position.
-_UNSENT: Position = (-2, -2, -2, -2)
-
-
-class LeaderSession:
-    """The follower's side of its fetch session with one leader (KIP-227's
-    FetchSessionHandler): which request to send next, full or incremental.
-
-    ``sent`` is what the leader's session holds for each partition, as of the
-    last answered request. Opening a session names every fetching partition;
-    after that only the partitions the fetcher reports as changed are named,
-    and only if their position differs from ``sent``: the work per request
-    follows what changed, not how many partitions the session holds.
-    """
-
-    def __init__(self) -> None:
-        self.id = NO_SESSION
-        self.epoch = INITIAL_EPOCH
-        self.sent: dict[TopicPartition, Position] = {}
-        # The request out: (named, forgotten), applied to ``sent`` once answered.
-        self._out: tuple[dict[TopicPartition, Position], list[TopicPartition]] = ({}, [])
-
-    @property
-    def opening(self) -> bool:
-        return self.epoch == INITIAL_EPOCH
-
-    def build(self, changed: dict[TopicPartition, Position], left: Iterable[TopicPartition]
-              ) -> tuple[dict[TopicPartition, Position], list[TopicPartition]]:
-        """(partitions to name with their positions, partitions to forget).
-
-        Args:
-            changed: fetching partitions whose position may have moved (every
-                fetching partition when ``opening``).
-            left: partitions that stopped fetching since the last request.
-        """
-        if self.opening:
-            named, forgotten = dict(changed), []
-        else:
-            named = {tp: pos for tp, pos in changed.items() if self.sent.get(tp) != pos}
-            forgotten = [tp for tp in left if tp in self.sent and tp not in changed]
-        self._out = (named, forgotten)
-        return named, forgotten
-
-    def answered(self, error: ErrorCode, session_id: int) -> bool:
-        """Take the leader's answer to the last request built.
-
-        Returns:
-            False if the leader refused the session (the next request opens a
-            new one, naming every partition).
-        """
-        named, forgotten = self._out
-        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                     ErrorCode.INVALID_FETCH_SESSION_EPOCH):
-            log.info("fetch session refused by the leader; starting a new one",
-                     session=self.id, error=error.name)
-            self.id, self.epoch, self.sent = NO_SESSION, INITIAL_EPOCH, {}
-            return False
-        if self.opening:
-            self.id = session_id
-            self.epoch = INITIAL_EPOCH if session_id == NO_SESSION else 1
-            self.sent = dict(named) if self.id != NO_SESSION else {}
-            return True
-        self.epoch = self.epoch + 1 if self.epoch < 0x7FFFFFFF else 1
-        self.sent.update(named)
-        for tp in forgotten:
-            self.sent.pop(tp, None)
-        return True
-
-    def resend(self, tp: TopicPartition) -> None:
-        """Name ``tp`` in the next request that fetches it, even at the position
-        the leader last heard: it stopped fetching (an error, a truncation), and
-        an answer about it may have been dropped meanwhile; the leader, having
-        answered, would not answer it again until it has news."""
-        if tp in self.sent:
-            self.sent[tp] = _UNSENT
-
-    def reset(self) -> None:
-        """After a lost answer: the next request is full, closing the old session."""
-        self.epoch = INITIAL_EPOCH
-        self.sent = {}
-
-
 class ReplicaFetcher:
     """Fetches every partition it holds from one leader broker."""
 
@@ -220,6 +151,7 @@ class ReplicaFetcher:
         self._wake = trio.Event()
         self.cancel_scope = trio.CancelScope()
         self._backoff = config["replica.fetch.backoff.ms"] / 1000
+        self._last_tiered: bool = config["follower.fetch.last.tiered.offset.enable"]
         self.stats = replicas.stats
         self._nursery: trio.Nursery | None = None
         # The fetch in flight, cancelled when a partition joins (see ``add``).
@@ -236,13 +168,18 @@ class ReplicaFetcher:
         self._requests = 0
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
-        self.partitions[tp] = FollowerPartition(tp, leader_epoch,
-                                                first_request=self._requests + 1)
+        fp = self.partitions[tp] = FollowerPartition(tp, leader_epoch,
+                                                     first_request=self._requests + 1)
         self._waiting.discard(tp)
         self._changed.add(tp)
         part = self.replicas.get(tp)
         if part is not None:
             part.leader_high_watermark = UNDEFINED  # this leader has not answered yet
+            lg = part.log
+            if (self._last_tiered and lg.config.remote_storage_enable
+                    and self.replicas.tiering.manager is not None
+                    and lg.end_offset == lg.local_log_start_offset):
+                fp.probing = True  # decided by the leader's first answer (``_apply_partition``)
         # A fetch in flight may long-poll for replica.fetch.wait.max.ms without the
         # new partition: cut it short, so a new leader's followers (and so acks=all
         # produce after a failover) start at once. Not an opening one: the leader
@@ -312,6 +249,10 @@ class ReplicaFetcher:
             fp = self.partitions.get(tp)
             if fp is None:
                 self._waiting.discard(tp)
+                continue
+            if fp.probing and fp.state is S.BUILDING_REMOTE_AUX_STATE \
+                    and now >= fp.delayed_until:
+                self._start_build(fp)  # a failed probe, retried after its backoff
                 continue
             if fp.state in (S.DELAYED, S.BUILDING_REMOTE_AUX_STATE) and now >= fp.delayed_until:
                 self._move(fp, S.FETCHING)
@@ -383,14 +324,23 @@ class ReplicaFetcher:
 
     def _apply_partition(self, fp: FollowerPartition, p: Any) -> None:
         code = ErrorCode(p.error_code)
+        if code is ErrorCode.NONE and fp.probing:
+            part = self.replicas.get(fp.tp)
+            if part is not None and p.high_watermark > part.log.end_offset:
+                log.info("empty follower of a tiered topic; asking the leader where its "
+                         "tier ends", topic=fp.tp[0], partition=fp.tp[1],
+                         leader=self.leader.node_id, leader_high_watermark=p.high_watermark)
+                self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
+                self._start_build(fp)
+                return
+            fp.probing = False  # nothing it lacks yet: a follower like any other
         if code is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            fp.probing = False
             log.info("follower below the leader's local log start; rebuilding from the "
                      "remote tier", topic=fp.tp[0], partition=fp.tp[1],
                      leader=self.leader.node_id)
             self._move(fp, S.BUILDING_REMOTE_AUX_STATE)
-            fp.delayed_until = math.inf  # until the build task says otherwise
-            assert self._nursery is not None
-            self._nursery.start_soon(self._build_aux_state, fp)
+            self._start_build(fp)
             return
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_range(fp, p)
@@ -453,6 +403,11 @@ class ReplicaFetcher:
             self._move(fp, S.TRUNCATING)
             self._truncate(fp)
 
+    def _start_build(self, fp: FollowerPartition) -> None:
+        fp.delayed_until = math.inf  # until the build task says otherwise
+        assert self._nursery is not None
+        self._nursery.start_soon(self._build_aux_state, fp)
+
     async def _build_aux_state(self, fp: FollowerPartition) -> None:
         self.stats.aux_state_requests.inc()
         # A connection of its own: on the fetcher's, each ListOffsets would wait
@@ -465,11 +420,13 @@ class ReplicaFetcher:
                       connector=self.leader.connector)
         try:
             state = await remote_aux_state.prepare(self.replicas, leader, fp.tp,
-                                                   fp.leader_epoch, self.node_id)
+                                                   fp.leader_epoch, self.node_id,
+                                                   self._last_tiered, fp.probing)
         except Exception as exc:
             self.stats.aux_state_errors.inc()
             fp.aux_failures += 1
             fp.aux_error = f"{type(exc).__name__}: {exc}"
+            fp.probing = fp.probing and fp.aux_failures < MAX_PROBE_FAILURES
             delay = min(self._backoff * 2 ** fp.aux_failures, MAX_AUX_STATE_BACKOFF_S)
             log.warning("rebuilding from the remote tier failed; retrying", topic=fp.tp[0],
                         partition=fp.tp[1], error=f"{type(exc).__name__}: {exc}",
@@ -483,14 +440,20 @@ class ReplicaFetcher:
         if self.partitions.get(fp.tp) is not fp or part is None \
                 or part.leader_epoch != fp.leader_epoch:
             return  # reassigned meanwhile: the new assignment starts over
-        next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
         fp.aux_failures = 0
         fp.aux_error = None
         fp.delayed_until = 0.0
+        probed, fp.probing = fp.probing, False
+        if state is None:
+            self._wake.set()  # nothing tiered above its log end: fetch as usual
+            return
+        next_offset = remote_aux_state.apply(self.replicas, fp.tp, state)
         log.info("rebuilt from the remote tier", topic=fp.tp[0], partition=fp.tp[1],
                  segment=str(state.segment.remote_log_segment_id), log_start=state.log_start,
                  fetch_from=next_offset, epochs=len(state.epochs),
-                 producers=len(state.producers))
+                 producers=len(state.producers),
+                 start="last-tiered" if self._last_tiered else "earliest-local",
+                 empty_follower=probed)
         # Fetch the local tail at once, not after the long-poll in flight.
         if self._in_flight is not None:
             self._in_flight.cancel()
@@ -499,77 +462,3 @@ class ReplicaFetcher:
     def _delay(self, fp: FollowerPartition) -> None:
         self._move(fp, S.DELAYED)
         fp.delayed_until = trio.current_time() + self._backoff
-
-
-class FetcherManager:
-    """Which fetcher follows which partition; fetchers start and stop with their partitions."""
-
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 peer_for: Any) -> None:
-        self.config = config
-        self.replicas = replicas
-        self.peer_for = peer_for  # (leader id, fetcher index) -> Peer | None
-        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
-        self.assigned: dict[TopicPartition, tuple[int, int]] = {}
-        self._nursery: trio.Nursery | None = None
-
-    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
-
-    def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
-        """Fetch ``tp`` from ``leader`` (replacing any earlier assignment)."""
-        self.unfollow(tp)
-        key = (leader, fetcher_index(tp, self.config["num.replica.fetchers"]))
-        fetcher = self.fetchers.get(key)
-        if fetcher is None:
-            peer = self.peer_for(*key)
-            if peer is None:
-                log.warning("leader endpoint unknown; not fetching", topic=tp[0],
-                            partition=tp[1], leader=leader)
-                return
-            fetcher = ReplicaFetcher(self.config, self.replicas, peer)
-            self.fetchers[key] = fetcher
-            assert self._nursery is not None
-            self._nursery.start_soon(self._run_fetcher, key, fetcher)
-        fetcher.add(tp, leader_epoch)
-        self.assigned[tp] = key
-
-    def states(self) -> list[tuple[TopicPartition, FollowerState]]:
-        """Every followed partition with its fetcher state (for metrics)."""
-        return [(tp, fp.state) for fetcher in list(self.fetchers.values())
-                for tp, fp in list(fetcher.partitions.items())]
-
-    def describe(self, tp: TopicPartition) -> tuple[str, int, str | None] | None:
-        """``tp``'s fetcher state, failed rebuilds in a row and the last rebuild
-        error; None if not followed here (for DescribeTiering)."""
-        key = self.assigned.get(tp)
-        fetcher = self.fetchers.get(key) if key is not None else None
-        fp = fetcher.partitions.get(tp) if fetcher is not None else None
-        if fp is None:
-            return None
-        return fp.state.value, fp.aux_failures, fp.aux_error
-
-    def unfollow(self, tp: TopicPartition) -> None:
-        key = self.assigned.pop(tp, None)
-        if key is None:
-            return
-        fetcher = self.fetchers.get(key)
-        if fetcher is not None:
-            fetcher.remove(tp)
-            if not fetcher.partitions:
-                del self.fetchers[key]
-                fetcher.cancel_scope.cancel()
-
-    async def _run_fetcher(self, key: tuple[int, int], fetcher: ReplicaFetcher) -> None:
-        try:
-            await fetcher.run()
-        except Exception:
-            log.exception("replica fetcher failed", leader=key[0], fetcher=key[1])
-            self.fetchers.pop(key, None)
-            for tp in [tp for tp, k in self.assigned.items() if k == key]:
-                del self.assigned[tp]
-        finally:
-            await fetcher.leader.close()

@@ -158,24 +158,39 @@ class InternalTopic:
         new leader's owner (``partition_queries.replay_batches``)."""
         return partition_queries.replay_batches(self.replicas, (self.name, partition))
 
-    def read_values(self, partition: int, from_offset: int,
-                    max_bytes: int) -> list[tuple[int, bytes]]:
-        """(offset, value) of committed records at or after ``from_offset`` (null values skipped)."""
+    def read_records(self, partition: int, from_offset: int,
+                     max_bytes: int) -> list[tuple[int, bytes | None, bytes]]:
+        """(offset, key, value) of committed records at or after ``from_offset``
+        (null values skipped); below the log start, from the log start."""
         part = self.replicas.partition((self.name, partition))
         lg = part.log
         start = max(from_offset, lg.log_start_offset)
         got = lg.read(start, max_bytes, part.high_watermark, min_one_batch=True)
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, bytes | None, bytes]] = []
         for header in records.iter_headers(got.data):
             for rec in records.decode_records(got.data, header):
                 if rec.offset >= from_offset and rec.value is not None:
-                    out.append((rec.offset, rec.value))
+                    out.append((rec.offset, rec.key, rec.value))
         return out
 
     def watch_committed(self, partitions: Iterable[int]) -> AbstractContextManager[trio.Event]:
         """An event set when the high watermark of one of ``partitions`` moves on,
         or one moves or goes (``ReplicaManager.watch_fetches``)."""
         return self.replicas.watch_fetches([(self.name, p) for p in partitions], follower=False)
+
+    def log_start_offset(self, partition: int) -> int:
+        return self.replicas.partition((self.name, partition)).log.log_start_offset
+
+    def log_end_offset(self, partition: int) -> int:
+        return self.replicas.partition((self.name, partition)).log.end_offset
+
+    def roll(self, partition: int) -> None:
+        """Start a new segment of ``partition`` at its log end."""
+        self.replicas.partition((self.name, partition)).log.roll()
+
+    def delete_records(self, partition: int, offset: int) -> int:
+        """Move the log start of ``partition`` (led here) to ``offset``; the new log start."""
+        return partition_queries.delete_records(self.replicas, (self.name, partition), offset)
 
     def end_offset(self, partition: int) -> int:
         """The partition's high watermark."""

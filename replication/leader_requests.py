@@ -35,8 +35,12 @@ ACKS_ALL = -1
 PRODUCE_VERSION = 9
 # Fetch v12: topic names, high watermark and log start in each answer.
 FETCH_VERSION = 12
-# ListOffsets v9: timestamps -4 (earliest local) and -5 (latest tiered).
+# ListOffsets v9: timestamps -4 (earliest local) and -5 (latest tiered); v11
+# only for -6 (earliest pending upload, KIP-1023), so that the other lookups
+# still work against a leader from before it during a rolling upgrade.
 LIST_OFFSETS_VERSION = 9
+PENDING_UPLOAD_VERSION = 11
+EARLIEST_PENDING_UPLOAD = -6
 # OffsetForLeaderEpoch v4: replica id, flexible.
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 NO_EPOCH = -1
@@ -129,13 +133,16 @@ async def list_offset(peer: Peer, topic: str, partition: int, timestamp: int,
                       replica_id: int = CONSUMER_REPLICA_ID) -> tuple[int, int]:
     """ListOffsets for one partition; (offset, leader epoch)."""
     topic_cls = ListOffsetsRequest.ListOffsetsTopic
-    body = ListOffsetsRequest[LIST_OFFSETS_VERSION](
+    version = (PENDING_UPLOAD_VERSION if timestamp == EARLIEST_PENDING_UPLOAD
+               else LIST_OFFSETS_VERSION)
+    extra = ({"timeout_ms": int(peer.request_timeout * 1000)}
+             if version >= PENDING_UPLOAD_VERSION else {})
+    body = ListOffsetsRequest[version](
         replica_id=replica_id, isolation_level=0, topics=[topic_cls(name=topic, partitions=[
             topic_cls.ListOffsetsPartition(partition_index=partition,
                                            current_leader_epoch=current_leader_epoch,
-                                           timestamp=timestamp)])])
-    resp: Any = await peer.request(ListOffsetsRequest, ListOffsetsResponse,
-                                   LIST_OFFSETS_VERSION, body)
+                                           timestamp=timestamp)])], **extra)
+    resp: Any = await peer.request(ListOffsetsRequest, ListOffsetsResponse, version, body)
     for t in resp.topics:
         for p in t.partitions:
             if p.partition_index == partition:

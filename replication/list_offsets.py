@@ -1,12 +1,15 @@
 """ListOffsets lookups on one partition: latest (-1), earliest (-2), max
-timestamp (-3), earliest local (-4, v8+), latest tiered (-5, v9+), and
-lookups by timestamp (Kafka's fetchOffsetForTimestamp).
+timestamp (-3), earliest local (-4, v8+), latest tiered (-5, v9+), earliest
+pending upload (-6, v11+, KIP-1023), and lookups by timestamp (Kafka's
+fetchOffsetForTimestamp).
 
 On a topic that is not tiered, -4 is the log start offset and -5 answers
 "none" (offset -1), as Kafka does. On a tiered topic -2 is the start of the
 log including remote data, -4 the first offset on local disk, -5 the last
-offset copied to the remote tier (with its leader epoch); timestamps are
-looked up in the remote time indexes first, then locally; -3 considers both.
+offset copied to the remote tier (with its leader epoch), -6 the first
+offset not copied yet (where a KIP-1023 follower starts its local log);
+timestamps are looked up in the remote time indexes first, then locally; -3
+considers both.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
 # Minimum request version at which each special timestamp is valid.
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                EARLIEST_PENDING_UPLOAD: 11}
+NONE = (-1, -1, -1)
 
 
 async def lookup(part: Partition, remote: RemoteLookups | None, timestamp: int,
@@ -49,14 +55,38 @@ async def lookup(part: Partition, remote: RemoteLookups | None, timestamp: int,
     if timestamp == LATEST_TIERED:
         tiered = lg.highest_tiered_offset
         if not lg.config.remote_storage_enable or tiered < 0:
-            return -1, -1, -1
+            return NONE
         return tiered, -1, lg.epochs.epoch_for_offset(tiered)
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return earliest_pending_upload(part)
     if timestamp < 0 and timestamp != MAX_TIMESTAMP:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
     found = await _search(part, remote, timestamp)
     if found is None or found[0] >= (part.last_stable_offset if committed else part.high_watermark):
-        return -1, -1, -1
+        return NONE
     return found[0], found[1], lg.epochs.epoch_for_offset(found[0])
+
+
+def earliest_pending_upload(part: Partition) -> tuple[int, int, int]:
+    """-6: the first offset not in the remote tier yet, with its leader epoch.
+
+    Nothing tiered yet: the log start when the whole log is still local (all of
+    it is pending), "none" when the local log starts above it (segments were
+    tiered that this leader has not learnt of yet: it cannot tell where the
+    tier ends). A topic that is not tiered: "none", as for -5. Never below
+    the log start (DeleteRecords or remote retention may have moved it past
+    the tier's end)."""
+    lg = part.log
+    if not lg.config.remote_storage_enable:
+        return NONE
+    tiered = lg.highest_tiered_offset
+    if tiered < 0:
+        if lg.local_log_start_offset != lg.log_start_offset:
+            return NONE
+        offset = lg.log_start_offset
+    else:
+        offset = max(tiered + 1, lg.log_start_offset)
+    return offset, -1, lg.epochs.epoch_for_offset(offset)
 
 
 async def _search(part: Partition, remote: RemoteLookups | None,

@@ -1,9 +1,11 @@
 """The ``__remote_log_metadata`` topic as the remote log metadata manager sees it.
 
 Adapts an ``InternalTopic`` to storage.remote.rlmm.MetadataLog: records are
-appended as single-record batches with a null key and read back up to the
-high watermark (committed). ``ReplicaMetadataLog`` is the single-node form
-(every partition local); ``ClusterMetadataLog`` the cluster form. The
+appended as single-record batches with a null key (a compaction's
+restatement: keyed batches, ``append_at_end``) and read back up to the high
+watermark (committed), from the log start when asked for less.
+``ReplicaMetadataLog`` is the single-node form (every partition local);
+``ClusterMetadataLog`` the cluster form. The
 topic (cleanup.policy=delete, tiering off, retention
 rlmm.config.remote.log.metadata.topic.retention.ms, default -1) is created
 on first use.
@@ -19,7 +21,7 @@ broker).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import structlog
 import trio
@@ -30,37 +32,76 @@ from replication import leader_requests
 from replication.internal_topics import InternalTopic
 from replication.metadata_cache import MetadataCache
 from replication.peer import Peer, PeerPool
-from storage.remote.rlmm_api import PollLimits
+from storage.remote.rlmm_api import PollLimits, TopicRecord
 
 log = structlog.get_logger(__name__)
 
 # poll_groups' key for partitions without a known leader: their poll waits.
 _NO_LEADER = -1
+# Records per batch when a restatement of a metadata partition is appended:
+# about 150 KB each, well under the default max.message.bytes and replica
+# fetch sizes, so a follower or a reader gets it a batch at a time.
+APPEND_AT_END_BATCH_RECORDS = 1000
+# ListOffsets timestamp for the earliest offset (the log start).
+EARLIEST_TIMESTAMP = -2
+
+Build = Callable[[int], Sequence[tuple[bytes | None, bytes]] | None]
 
 
-def _values(data: bytes, from_offset: int) -> list[tuple[int, bytes]]:
-    """(offset, value) of the non-null records in ``data`` from ``from_offset`` on."""
-    out: list[tuple[int, bytes]] = []
+def _decoded(data: bytes, from_offset: int) -> list[TopicRecord]:
+    """The non-null records in ``data`` from ``from_offset`` on."""
+    out: list[TopicRecord] = []
     for header in records.iter_headers(data):
         for rec in records.decode_records(data, header):
             if rec.offset >= from_offset and rec.value is not None:
-                out.append((rec.offset, rec.value))
+                out.append(TopicRecord(rec.offset, rec.key, rec.value))
     return out
 
 
+def _read_local(topic: InternalTopic, partition: int, from_offset: int,
+                max_bytes: int) -> list[TopicRecord]:
+    """Committed records of a partition led here (below its log start: from the log start)."""
+    return [TopicRecord(*r) for r in topic.read_records(partition, from_offset, max_bytes)]
+
+
 async def _poll_local(topic: InternalTopic, positions: Mapping[int, int],
-                      limits: PollLimits) -> dict[int, list[tuple[int, bytes]]]:
+                      limits: PollLimits) -> dict[int, list[TopicRecord]]:
     """Long-poll partitions of ``topic`` this broker leads (see MetadataLog.poll)."""
     deadline = trio.current_time() + limits.max_wait_ms / 1000
     while True:
         with topic.watch_committed(positions) as news:
             got = {p: found for p, offset in positions.items()
-                   if (found := topic.read_values(p, offset, limits.partition_max_bytes))}
-            size = sum(len(value) for found in got.values() for _, value in found)
+                   if (found := _read_local(topic, p, offset, limits.partition_max_bytes))}
+            size = sum(len(r.value) for found in got.values() for r in found)
             if (got and size >= limits.min_bytes) or trio.current_time() >= deadline:
                 return got
             with trio.move_on_at(deadline):
                 await news.wait()
+
+
+def _append_at_end(topic: InternalTopic, partition: int, build: Build) -> int | None:
+    """``MetadataLog.append_at_end`` over a partition led here (both forms)."""
+    if not topic.is_leader(partition):
+        return None
+    end = topic.end_offset(partition)
+    if topic.log_end_offset(partition) != end:
+        return None
+    pairs = build(end)
+    if not pairs:
+        return None
+    # A new segment: once the log start moves here, every older segment is
+    # wholly below it and its file goes at once (a follower frees its own
+    # when its segment holding the log start rolls, as with retention).
+    topic.roll(partition)
+    first = None
+    for i in range(0, len(pairs), APPEND_AT_END_BATCH_RECORDS):
+        result = topic.append_records(partition, pairs[i:i + APPEND_AT_END_BATCH_RECORDS])
+        first = result.first_offset if first is None else first
+    return first
+
+
+def _start_offset(topic: InternalTopic, partition: int) -> int | None:
+    return topic.log_start_offset(partition) if topic.is_leader(partition) else None
 
 
 class ReplicaMetadataLog:
@@ -81,8 +122,8 @@ class ReplicaMetadataLog:
         return offset
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
-        return self.topic.read_values(partition, from_offset, max_bytes)
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        return _read_local(self.topic, partition, from_offset, max_bytes)
 
     def end_offset(self, partition: int) -> int:
         return self.topic.end_offset(partition)
@@ -92,8 +133,20 @@ class ReplicaMetadataLog:
         return [group] if group else []
 
     async def poll(self, positions: Mapping[int, int], limits: PollLimits
-                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
         return await _poll_local(self.topic, positions, limits)
+
+    def start_offset(self, partition: int) -> int | None:
+        return _start_offset(self.topic, partition)
+
+    def append_at_end(self, partition: int, build: Build) -> int | None:
+        return _append_at_end(self.topic, partition, build)
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        """fsync first (as ``append``): the records that restate the dropped
+        ones must be on disk before those are deleted."""
+        await self.topic.flush(partition)
+        self.topic.delete_records(partition, offset)
 
 
 # "Unknown": where this broker does not lead a metadata partition, the manager
@@ -175,12 +228,26 @@ class ClusterMetadataLog:
         return self.topic.is_leader(partition)
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        """Below the leader's log start (records dropped by compaction), reads
+        from the log start, which the leader gives with ListOffsets."""
         if self._led_here(partition):
-            return self.topic.read_values(partition, from_offset, max_bytes)
-        data, _ = await leader_requests.fetch(self._peer(self._leader(partition)),
-                                              self.topic.name, partition, from_offset, max_bytes)
-        return _values(data, from_offset)
+            return _read_local(self.topic, partition, from_offset, max_bytes)
+        peer = self._peer(self._leader(partition))
+        try:
+            data, _ = await leader_requests.fetch(peer, self.topic.name, partition,
+                                                  from_offset, max_bytes)
+        except KafkaApiError as exc:
+            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            start, _ = await leader_requests.list_offset(peer, self.topic.name, partition,
+                                                         EARLIEST_TIMESTAMP)
+            if start <= from_offset:
+                raise
+            from_offset = start
+            data, _ = await leader_requests.fetch(peer, self.topic.name, partition,
+                                                  from_offset, max_bytes)
+        return _decoded(data, from_offset)
 
     def end_offset(self, partition: int) -> int:
         if self._led_here(partition):
@@ -201,7 +268,11 @@ class ClusterMetadataLog:
         return sorted(groups.values())
 
     async def poll(self, positions: Mapping[int, int], limits: PollLimits
-                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
+        """Below the leader's log start (compacted away), a position makes the
+        Fetch fail OFFSET_OUT_OF_RANGE: the group is then answered at once by
+        a catch-up ``read`` of each partition, which starts there at the log
+        start (the manager then finds records missing and rebuilds)."""
         servers = {self._serves(p) for p in positions}
         if len(servers) != 1:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -215,8 +286,29 @@ class ClusterMetadataLog:
         peer = self.poll_peers.get(server)
         if peer is None:
             raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {server} unknown")
-        data = await leader_requests.long_poll(
-            peer, self.topic.name, positions, limits.max_wait_ms, max(limits.min_bytes, 1),
-            limits.max_bytes, limits.partition_max_bytes, self.poll_timeout_ms)
+        try:
+            data = await leader_requests.long_poll(
+                peer, self.topic.name, positions, limits.max_wait_ms, max(limits.min_bytes, 1),
+                limits.max_bytes, limits.partition_max_bytes, self.poll_timeout_ms)
+        except KafkaApiError as exc:
+            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            return {p: found for p, offset in sorted(positions.items())
+                    if (found := await self.read(p, offset, limits.partition_max_bytes))}
         return {p: found for p, raw in data.items()
-                if p in positions and (found := _values(raw, positions[p]))}
+                if p in positions and (found := _decoded(raw, positions[p]))}
+
+    def start_offset(self, partition: int) -> int | None:
+        return _start_offset(self.topic, partition)
+
+    def append_at_end(self, partition: int, build: Build) -> int | None:
+        return _append_at_end(self.topic, partition, build)
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        """Waits (acks=all) until the in-sync replicas hold our appends, the
+        restatement above all, before the log start moves; followers move
+        theirs when they see the leader's in a fetch response."""
+        error = await self.topic.wait_durable(partition, self.timeout_ms)
+        if error is not ErrorCode.NONE:
+            raise KafkaApiError(error, f"{self.topic.name}-{partition}: {error.name}")
+        self.topic.delete_records(partition, offset)

@@ -1,8 +1,8 @@
 """Config znodes of ZooKeeper-mode Kafka, read and written through ``ZkClient``:
 topics' (``/config/topics/<name>``), brokers' dynamic configs
 (``/config/brokers/<id>`` and the cluster default ``/config/brokers/<default>``),
-users' (SCRAM credentials and quotas,
-``/config/users/<name>``), clients' quotas (``/config/clients/<id>``), and the
+groups' (KIP-848 group configs, ``/config/groups/<id>``), users' (SCRAM
+credentials and quotas, ``/config/users/<name>``), clients' quotas (``/config/clients/<id>``), and the
 change notifications (``/config/changes/config_change_<seq>``) that tell every
 broker to re-read one.
 
@@ -130,6 +130,14 @@ class ZkConfigs:
                             read(f"users/{name}/clients/{client}")
             return out
         return list(await self.zk.call(run))
+
+    async def get_entity_configs(self, kind: str) -> dict[str, dict[str, str]]:
+        """The config map of every ``/config/<kind>/<name>``, by (still quoted) name."""
+        try:
+            names = await self.zk.call(self.zk.client.get_children, f"/config/{kind}")
+        except NoNodeError:
+            return {}
+        return {n: await self.get_entity_config(f"{kind}/{n}") for n in names}
 
     async def get_users(self) -> list[str]:
         try:

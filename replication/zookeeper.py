@@ -266,6 +266,12 @@ class ZkClient:
                                    trio.lowlevel.checkpoint):
             yield None
 
+    async def watch_node(self, path: str) -> AsyncIterator[None]:
+        """Yields now and each time ``path`` is created, changed or deleted."""
+        async for _ in self._watch(lambda cb: self.client.DataWatch(path, cb),
+                                   trio.lowlevel.checkpoint):
+            yield None
+
     async def watch_topics(self) -> AsyncIterator[list[str]]:
         """Yields the topic list whenever a topic is added, removed or re-assigned."""
         watched: set[str] = set()

@@ -76,7 +76,9 @@ log.message.timestamp.after.max.ms log.preallocate compression.type min.insync.r
 fetch.max.bytes unclean.leader.election.enable group.min.session.timeout.ms
 group.max.session.timeout.ms group.initial.rebalance.delay.ms offsets.topic.num.partitions
 group.consumer.session.timeout.ms group.consumer.heartbeat.interval.ms group.consumer.assignors
-group.consumer.max.size
+group.consumer.max.size group.consumer.min.session.timeout.ms group.consumer.max.session.timeout.ms
+group.consumer.min.heartbeat.interval.ms group.consumer.max.heartbeat.interval.ms
+group.consumer.migration.policy
 offsets.topic.segment.bytes offsets.retention.minutes offsets.retention.check.interval.ms
 offsets.commit.timeout.ms offset.metadata.max.bytes request.timeout.ms
 transaction.max.timeout.ms transaction.state.log.num.partitions transaction.partition.verification.enable
@@ -101,6 +103,7 @@ remote.fetch.max.wait.ms remote.log.manager.copy.max.bytes.per.second
 remote.log.manager.fetch.max.bytes.per.second remote.log.manager.copy.quota.window.num
 remote.log.manager.copy.quota.window.size.seconds remote.log.manager.fetch.quota.window.num
 remote.log.manager.fetch.quota.window.size.seconds log.local.retention.ms
+follower.fetch.last.tiered.offset.enable
 log.local.retention.bytes
 cleanup.policy delete.retention.ms file.delete.delay.ms flush.messages flush.ms
 follower.replication.throttled.replicas index.interval.bytes
@@ -114,8 +117,12 @@ rsm.config.dir
 """.split()) | frozenset(d.name for d in _rlmm_config.CONFIG_DEFS)
 
 # Keys only tierd has (besides every ``tierd.*`` key). Kafka keeps the cluster
-# id in meta.properties, not in server.properties; the S3 settings belong to
-# tierd's own storage manager.
+# id in meta.properties, not in server.properties; the S3, GCS and Azure
+# settings belong to tierd's own storage managers (the GCS and Azure names are
+# the Aiven plugin's, without its ``storage.`` level); the codec's follow the
+# names of Aiven's tiered-storage plugin. The two rlmm.config.* keys of
+# compaction are tierd's own (this set is consulted before KAFKA_KEYS, which
+# takes every key of storage.remote.rlmm_config).
 TIERD_KEYS = frozenset("""
 cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
@@ -124,6 +131,20 @@ rsm.config.connect.timeout.ms rsm.config.read.timeout.ms rsm.config.max.connecti
 rsm.config.fetch.chunk.size rsm.config.fetch.chunk.cache.size rsm.config.fetch.prefetch.chunks
 rsm.config.fetch.prefetch.threads rsm.config.fetch.chunk.cache.disk.size
 rsm.config.fetch.prefetch.max.chunks
+rsm.config.gcs.bucket.name rsm.config.gcs.endpoint.url rsm.config.gcs.credentials.default
+rsm.config.gcs.credentials.json rsm.config.gcs.credentials.path
+rsm.config.gcs.resumable.upload.chunk.size rsm.config.gcs.key.prefix
+rsm.config.gcs.retry.max.attempts rsm.config.gcs.connect.timeout.ms rsm.config.gcs.read.timeout.ms
+rsm.config.azure.container.name rsm.config.azure.account.name rsm.config.azure.account.key
+rsm.config.azure.sas.token rsm.config.azure.connection.string rsm.config.azure.endpoint.url
+rsm.config.azure.upload.block.size rsm.config.azure.key.prefix rsm.config.azure.retry.max.attempts
+rsm.config.azure.connect.timeout.ms rsm.config.azure.read.timeout.ms
+rsm.config.compression.enabled rsm.config.compression.heuristic.enabled rsm.config.chunk.size
+rsm.config.encryption.enabled rsm.config.encryption.key.pair.id rsm.config.encryption.key.pairs
+rsm.config.encryption.key.pairs.<id>.public.key.file
+rsm.config.encryption.key.pairs.<id>.private.key.file
+rlmm.config.remote.log.metadata.snapshot.interval.ms
+rlmm.config.remote.log.metadata.compaction.min.superseded.records
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
@@ -231,7 +252,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     from config.broker import BrokerConfig
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import chunk_cache, filesystem, s3
+    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, s3
 
     topic_by_synonym: dict[str, list[str]] = {}
     for topic_key, broker_key in SYNONYMS.items():
@@ -270,8 +291,12 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows = [_row(d, "broker", note="(`filesystem` manager.)")
                 for d in filesystem.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(`s3` manager.)") for d in s3.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(`gcs` manager.)") for d in gcs.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(`azure` manager.)") for d in azure.CONFIG_DEFS]
     rsm_rows += [_row(d, "broker", note="(Remote reads, any manager.)")
                  for d in chunk_cache.CONFIG_DEFS]
+    rsm_rows += [_row(d, "broker", note="(Compression/encryption, any manager.)")
+                 for d in [*codec_storage.CONFIG_DEFS, *codec_storage.KEY_FILE_DEFS]]
 
     rlmm_rows = [_row(d, "broker") for d in _rlmm_config.CONFIG_DEFS]
 

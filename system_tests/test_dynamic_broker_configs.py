@@ -195,7 +195,7 @@ def test_refusals_carry_kafkas_error_codes(tierd: TierdProc) -> None:
     assert "Cannot update these configs dynamically: log.dirs" in failed["error"]["message"]
     for ops, code, words in (
             ([("zookeeper.connect", 0, "zk:2181")], INVALID_REQUEST, "dynamically"),
-            ([("num.replica.fetchers", 0, "4")], INVALID_REQUEST, "running broker"),
+            ([("remote.log.reader.threads", 0, "4")], INVALID_REQUEST, "running broker"),
             ([("ssl.keystore.location", 0, "/k")], INVALID_REQUEST, "per-listener"),
             ([("no.such.config", 0, "1")], INVALID_CONFIG, "unknown"),
             ([("log.retention.bytes", 0, "many")], INVALID_CONFIG, "log.retention.bytes"),

@@ -70,8 +70,10 @@ def child_env() -> dict[str, str]:
 class Broker:
     """``python -m broker`` on a fixed port and data dir, restartable."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, overrides: tuple[str, ...] = ()) -> None:
+        """``overrides``: more broker settings, key=value."""
         self.workdir = workdir
+        self.overrides = overrides
         self.port = free_port()
         self.log_path = workdir / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -87,7 +89,8 @@ class Broker:
                  "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
                  "--override", f"log.dirs={self.workdir / 'data'}",
                  "--override", "tierd.metrics.port=0",
-                 "--override", "group.initial.rebalance.delay.ms=0"],
+                 "--override", "group.initial.rebalance.delay.ms=0",
+                 *(arg for kv in self.overrides for arg in ("--override", kv))],
                 cwd=REPO_ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + BROKER_START_S
         while time.monotonic() < deadline:

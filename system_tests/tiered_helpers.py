@@ -496,7 +496,8 @@ def read_metadata(client: RawClient, topic: str,
 
     log = MetadataLog({}, [])
     for partition in range(partitions):
-        for _, rec in read_all(client, METADATA_TOPIC, partition):
+        start = offset_for(client, METADATA_TOPIC, EARLIEST, partition)  # compacted below
+        for _, rec in read_all(client, METADATA_TOPIC, partition, start=start):
             assert rec.value is not None
             record = decode_record(rec.value)
             m = record.message

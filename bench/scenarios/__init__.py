@@ -11,6 +11,7 @@ from bench.scenarios import (
     groups,
     isolation,
     rebuild,
+    remote_codec,
     scale,
     spark,
     throughput,
@@ -20,4 +21,4 @@ from bench.scenarios import (
 )
 
 __all__ = ["throughput", "e2e_latency", "groups", "isolation", "tiered", "cluster", "rebuild",
-           "scale", "spark", "zero_copy", "compaction", "tls"]
+           "remote_codec", "scale", "spark", "zero_copy", "compaction", "tls"]

@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     from broker.admin import (
         configs,
         elections,
+        features,
         groups,
         rebuild_metadata,
         reconcile,
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds to wait for the cluster (default %(default)s)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (topics, configs, groups, transactions, tiering, reconcile, rebuild_metadata,
-                   elections):
+                   elections, features):
         module.register(sub)
     _accept_late_options(parser)
     return parser

@@ -11,7 +11,9 @@ everything the COPY_SEGMENT_FINISHED metadata held:
 
 * topic, topic id, partition, start offset, segment uuid: the object name;
   the topic must still exist in the cluster with that id;
-* size: the ``.log`` object's size in the listing;
+* size: the ``.log`` object's size in the listing; for a compressed or
+  encrypted copy, the plain size and the custom metadata the copy recorded,
+  from its codec manifest object (``CodecStorage.restored_metadata``);
 * end offset and max timestamp: the ``.log``'s batch headers (parsed with
   ``protocol.records``; only headers are read, in windows);
 * leader epochs: the ``leader_epoch_checkpoint`` object, restricted to the
@@ -97,7 +99,7 @@ from storage.log.checkpoint import parse_epochs
 from storage.remote.api import StoredObject
 from storage.remote.copier import segment_epochs
 from storage.remote.metadata_cache import RemoteLogSegmentMetadataUpdate
-from storage.remote.naming import INDEX_SUFFIXES, LOG_SUFFIX, uuid_str
+from storage.remote.naming import CODEC_MANIFEST_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, uuid_str
 from storage.remote.rlmm_api import TOPIC_NAME, metadata_partition
 from storage.remote.rlmm_serde import serialize
 from storage.remote.rsm import parse_uuid
@@ -248,6 +250,10 @@ def read_segment(rsm: Any, row: Segment, objects: dict[str, StoredObject],
     md = provisional_metadata(segment_id, row.start_offset, log_obj.size)
     row.size = log_obj.size
     try:
+        if CODEC_MANIFEST_SUFFIX in objects:
+            # A compressed/encrypted copy: its plain size and its custom metadata.
+            md = rsm.restored_metadata(md)
+            row.size = md.segment_size_in_bytes
         end, max_ts, batch_epochs = scan_log(rsm, md)
         text = rsm.fetch_index(md, IndexType.LEADER_EPOCH).decode("utf-8", "replace")
     except (RemoteStorageError, ValueError) as exc:
@@ -260,7 +266,7 @@ def read_segment(rsm: Any, row: Segment, objects: dict[str, StoredObject],
     row.end_offset, row.max_timestamp_ms, row.epochs = end, max_ts, epochs
     row.metadata = RemoteLogSegmentMetadata(
         segment_id, row.start_offset, end, max_ts, broker_id, int(time.time() * 1000), epochs,
-        log_obj.size)
+        md.segment_size_in_bytes, md.custom_metadata)
     return row
 
 
@@ -328,8 +334,9 @@ def publish(args: Any, rows: list[Segment], num_partitions: int, bar: Any) -> No
         for row in rows:
             md = row.metadata
             assert md is not None
+            # The custom metadata goes with COPY_SEGMENT_FINISHED, as the copier's (KIP-917).
             finished = RemoteLogSegmentMetadataUpdate(
-                md.remote_log_segment_id, int(time.time() * 1000), None,
+                md.remote_log_segment_id, int(time.time() * 1000), md.custom_metadata,
                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED, md.broker_id)
             partition = metadata_partition(md.topic_id_partition, num_partitions)
             sent.append((row, [producer.send(TOPIC_NAME, serialize(event), partition=partition)

@@ -56,7 +56,7 @@ from broker.admin.remote_store import (
     read_metadata,
 )
 from storage.remote.api import SegmentObjectName, StoredObject
-from storage.remote.naming import LOG_SUFFIX, uuid_str
+from storage.remote.naming import LOG_SUFFIX, expected_log_object_size, uuid_str
 from storage.remote.rlmm_api import TOPIC_NAME
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
@@ -157,11 +157,11 @@ def check_logs(rsm: Any, objects: list[StoredObject], finished: list[RemoteLogSe
         row = Finding("missing", f"{tip.topic}-{tip.partition}",
                       uuid_str(md.remote_log_segment_id.id), md.start_offset,
                       obj.key if obj else None, obj.size if obj else None,
-                      md.segment_size_in_bytes, None, "")
+                      expected_log_object_size(md), None, "")
         if obj is None and not _log_stored(rsm, md):
             row.reason = "no .log object"
             found.append(row)
-        elif obj is not None and obj.size != md.segment_size_in_bytes:
+        elif obj is not None and obj.size != expected_log_object_size(md):
             row.kind, row.reason = "size_mismatch", ".log size differs from the metadata"
             found.append(row)
     return found

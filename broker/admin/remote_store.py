@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.admin.common import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError
@@ -26,7 +26,12 @@ from storage.remote.metadata_cache import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
 )
-from storage.remote.rlmm_api import TOPIC_NAME, metadata_partition
+from storage.remote.rlmm_api import (
+    TOPIC_NAME,
+    Restatement,
+    metadata_partition,
+    parse_restatement_key,
+)
 from storage.remote.rlmm_serde import MetadataRecordError, deserialize
 from storage.remote.types import (
     RemoteLogSegmentId,
@@ -62,7 +67,7 @@ def open_store(args: Any) -> Any:
     from config import BrokerConfig, ConfigError
     from config.log_output import configure_logging
     from config.remote import RSM_PREFIX, plugin_configs
-    from storage.remote.rsm import load_rsm
+    from storage.remote.codec_storage import load_storage
 
     configure_logging("warning")  # stderr: stdout is for the report
     try:
@@ -72,7 +77,7 @@ def open_store(args: Any) -> Any:
         if class_name == "filesystem" and "dir" not in settings:
             # broker.tiering.build_tiering's default for the filesystem tier.
             settings["dir"] = config.log_dir.rstrip("/") + "-remote"
-        rsm = load_rsm(class_name, settings)
+        rsm = load_storage(class_name, settings)
     except ConfigError as exc:
         raise AdminError(f"configuration error: {exc}", EXIT_USAGE) from None
     if not isinstance(rsm, ListableRemoteStorage):
@@ -187,18 +192,42 @@ class MetadataView:
         caches: user partition -> its segments and deletion state.
         partitions: partitions of the metadata topic.
         records: records read; ``dropped`` of them refused as the brokers refuse them.
-        complete: every metadata partition was read from offset 0.
+        begins: metadata partition -> the offset its reading began at (its log start).
+        restating: metadata partition -> the restatement it began with (compacted).
+        unproven: partitions read from above offset 0 that did not begin with a
+            restatement of their whole state: records of them may be missing.
     """
 
     caches: dict[TopicIdPartition, RemoteLogMetadataCache]
     partitions: int
     records: int = 0
     dropped: int = 0
-    complete: bool = True
+    begins: dict[int, int] = field(default_factory=dict)
+    restating: dict[int, Restatement] = field(default_factory=dict)
+    unproven: set[int] = field(default_factory=set)
 
-    def fold(self, partition: int, value: bytes | None) -> None:
-        """Apply one record as the broker's metadata manager does (``rlmm._fold``)."""
+    @property
+    def complete(self) -> bool:
+        """Every metadata partition was read from offset 0 or from a restatement
+        of its whole state (``storage.remote.rlmm_compaction``)."""
+        return not self.unproven
+
+    def start(self, partitions: int, begins: dict[int, int]) -> None:
+        self.partitions, self.begins = partitions, begins
+        self.unproven = {p for p, offset in begins.items() if offset > 0}
+
+    def fold(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record as the broker's metadata manager does (``rlmm_partition``):
+        the restatement the partition begins with is folded, later ones (what the
+        records before them already said) are skipped."""
         self.records += 1
+        restatement = parse_restatement_key(key)
+        if restatement is not None:
+            if offset == restatement.first_offset == self.begins.get(partition):
+                self.restating[partition] = restatement
+                self.unproven.discard(partition)
+            if self.restating.get(partition) != restatement:
+                return
         try:
             event = deserialize(value or b"")
         except MetadataRecordError:
@@ -235,23 +264,19 @@ def read_metadata(args: Any, bar: Any) -> MetadataView:
             or a partition that stopped delivering (EXIT_FAILED).
     """
     view = MetadataView({}, 0)
-
-    def start(partitions: int, complete: bool) -> None:
-        view.partitions, view.complete = partitions, complete
-
-    read_metadata_records(args, bar, start, lambda partition, record: view.fold(
-        partition, record.value))
+    read_metadata_records(args, bar, view.start, lambda partition, record: view.fold(
+        partition, record.offset, record.key, record.value))
     return view
 
 
-def read_metadata_records(args: Any, bar: Any, start: Callable[[int, bool], None],
+def read_metadata_records(args: Any, bar: Any, start: Callable[[int, dict[int, int]], None],
                           sink: Callable[[int, Any], None],
                           only: Collection[int] | None = None) -> None:
     """Hand every record of the metadata topic's partitions (``only`` those, if
     given) up to their end offsets at the start to ``sink(partition, record)``
     (kafka-python ConsumerRecords, in offset order per partition); ``start``
-    first learns the partition count and whether every partition is read
-    from offset 0.
+    first learns the partition count and the offset each partition is read
+    from (its log start).
 
     Raises:
         AdminError: as ``read_metadata``.
@@ -278,7 +303,7 @@ def read_metadata_records(args: Any, bar: Any, start: Callable[[int, bool], None
         consumer.assign(tps)
         begin = consumer.beginning_offsets(tps, timeout_ms)
         end = consumer.end_offsets(tps, timeout_ms)
-        start(len(numbers), all(begin[tp] == 0 for tp in tps))
+        start(len(numbers), {tp.partition: begin[tp] for tp in tps})
         for tp in tps:
             consumer.seek(tp, begin[tp])
         task = bar.add_task("reading metadata", total=sum(end[tp] - begin[tp] for tp in tps))

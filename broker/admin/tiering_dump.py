@@ -57,7 +57,7 @@ def run(args: Any) -> int:
         print(json.dumps(line, sort_keys=False), flush=False)
 
     with progress() as bar:
-        read_metadata_records(args, bar, lambda partitions, complete: None, sink,
+        read_metadata_records(args, bar, lambda partitions, begins: None, sink,
                               only=args.partition)
     if undecodable:
         return fail(f"{undecodable} records could not be decoded", EXIT_FAILED)

@@ -6,7 +6,9 @@ and what every group protocol shares, ``classic`` the checks of the classic
 protocol's requests, ``rebalance`` the rebalances and their timers;
 ``consumer_group`` the KIP-848 group state and reconciliation, ``consumer``
 its heartbeat and timers, ``assignors`` the server-side assignors,
-``topic_regex`` regular-expression subscriptions;
+``topic_regex`` regular-expression subscriptions; ``migration`` the
+online conversions between the two protocols, ``classic_members`` the
+classic-protocol members inside a consumer group;
 ``offsets`` commits/fetches/retention, ``admin`` the
 List/Describe/DeleteGroups views, ``records`` and ``offsets_store`` the
 ``__consumer_offsets`` formats and their replay. Partition ownership and the

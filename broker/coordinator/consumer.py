@@ -23,11 +23,13 @@ revocation timer while a member holds partitions it was asked to give up
 (its rebalance timeout); either one firing fences the member: it is
 removed, its partitions freed, and the group epoch bumped.
 
+Members of the classic protocol inside a consumer group (online migration,
+``migration``) are served by ``classic_members``; the conversions
+themselves are the coordinator's ``upgrade`` / ``downgrade`` callbacks.
+
 Decisions where Kafka's behaviour was not ours to copy: a known member id
 joining again with epoch 0 starts over (it holds nothing and gets its
-target again) instead of being fenced until its session ends; a JoinGroup
-for a non-empty consumer group is refused with INCONSISTENT_GROUP_PROTOCOL
-(Kafka 4.x can run classic members inside a consumer group; tierd cannot).
+target again) instead of being fenced until its session ends.
 
 Concurrency: every method runs on the event loop without awaiting.
 
@@ -125,22 +127,34 @@ def _fail(code: ErrorCode, message: str) -> HeartbeatError:
 class ConsumerGroups:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group],
                  consumer_groups: dict[str, ConsumerGroup], timers: Timers,
-                 on_change: Callable[[ConsumerGroup, set[str] | None], ErrorCode]
-                 = lambda g, m: E.NONE) -> None:
+                 on_change: Callable[[ConsumerGroup, set[str] | None], ErrorCode],
+                 upgrade: Callable[[Group, TopicView], ConsumerGroup | None],
+                 downgrade: Callable[[ConsumerGroup, ConsumerMember], ErrorCode | None]
+                 ) -> None:
         """Args:
-            groups: the coordinator's classic groups (a non-empty one blocks
-                a consumer group of the same id).
+            groups: the coordinator's classic groups (a non-empty one is
+                converted, ``upgrade``, or blocks a consumer group of its id).
             consumer_groups: the coordinator's consumer groups, shared with it.
             on_change: called after a request or timer changed a group, with
                 the members it touched (None: all); persists the change, and
                 returns the error to answer if that failed.
+            upgrade: a ConsumerGroupHeartbeat joining a non-empty classic
+                group: the consumer group it became, or None (refused).
+            downgrade: a member about to be removed: None, or the error of
+                turning the group back into a classic group as it left.
         """
         self.config = config
         self.groups = groups
         self.consumer_groups = consumer_groups
         self.timers = timers
         self.on_change = on_change
+        self.upgrade = upgrade
+        self.downgrade = downgrade
         self.assignors = [CONSUMER_ASSIGNORS[a] for a in config["group.consumer.assignors"]]
+        # A group's value of a group config key ("consumer.session.timeout.ms"):
+        # the broker's group.<key>, unless broker/group_configs.py installs its own.
+        self.group_config: Callable[[str, str], int] = (
+            lambda group_id, key: int(config[f"group.{key}"]))
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------
 
@@ -189,20 +203,23 @@ class ConsumerGroups:
                         f"ServerAssignor {req.server_assignor} is not supported. Supported "
                         f"assignors: {', '.join(self.assignors)}.")
 
-    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+    def _group(self, group_id: str, create: bool, topics: TopicView) -> ConsumerGroup:
         group = self.consumer_groups.get(group_id)
         if group is not None:
             return group
         classic = self.groups.get(group_id)
         if classic is not None and (classic.members or not classic.is_in(GroupState.EMPTY)):
-            raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            converted = self.upgrade(classic, topics) if create else None
+            if converted is None:
+                raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            return converted
         if not create:
             raise _fail(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
         return group
 
     def _heartbeat(self, req: HeartbeatRequest, topics: TopicView) -> HeartbeatResult:
-        group = self._group(req.group_id, create=req.member_epoch == JOIN_EPOCH)
+        group = self._group(req.group_id, req.member_epoch == JOIN_EPOCH, topics)
         member_id = req.member_id or str(uuid.uuid4())
         if len(group.members) >= self.config["group.consumer.max.size"] \
                 and member_id not in group.members:
@@ -226,7 +243,7 @@ class ConsumerGroups:
             member.regex = req.regex or None
             bump = True
         member.client_id, member.client_host = req.client_id, req.client_host
-        metadata = self._subscription_metadata(group, topics)
+        metadata = self.subscription_metadata(group, topics)
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
             bump = True
@@ -235,9 +252,9 @@ class ConsumerGroups:
             log.info("consumer group epoch bumped", group=group.group_id, epoch=group.group_epoch)
         everyone = group.group_epoch > group.assignment_epoch
         if everyone:
-            self._assign(group)
-        self._reconcile(group, member, req.owned)
-        self._arm_session(group, member)
+            self.assign(group)
+        self.reconcile_member(group, member, req.owned)
+        self.arm_session(group, member)
         error = self.on_change(group, None if everyone else touched)
         if error is not E.NONE:
             return HeartbeatResult(error, None, None, 0)
@@ -247,7 +264,8 @@ class ConsumerGroups:
             and req.owned is not None)
         changed = member.assigned != before
         return HeartbeatResult(E.NONE, None, member.member_id, member.member_epoch,
-                               self.config["group.consumer.heartbeat.interval.ms"],
+                               self.group_config(group.group_id,
+                                                 "consumer.heartbeat.interval.ms"),
                                copy_partitions(member.assigned) if full or changed else None)
 
     def _member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
@@ -262,13 +280,15 @@ class ConsumerGroups:
                 if not joining:
                     raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance "
                                 f"id {req.instance_id} was fenced by member {known_id}.")
-                if known.member_epoch != STATIC_LEAVE_EPOCH:
+                # A classic member's instance id is taken over at once (Kafka's rule).
+                if known.member_epoch != STATIC_LEAVE_EPOCH and known.classic is None:
                     raise _fail(E.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with "
                                 f"instance id {req.instance_id} cannot join the group because "
                                 f"the instance id is owned by {known_id} member.")
-                self._cancel_timers(group, known_id)
+                self.cancel_timers(group, known_id)
                 log.info("static member rejoined", group=group.group_id,
                          instance=req.instance_id, old_member=known_id, member=member_id)
+                known.classic = None  # it speaks the consumer protocol from now on
                 return group.replace_static(known_id, member_id), False, known_id
             if known_id is None and not joining:
                 raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
@@ -307,7 +327,7 @@ class ConsumerGroups:
                         "and rejoin.")
 
     @staticmethod
-    def _subscription_metadata(group: ConsumerGroup,
+    def subscription_metadata(group: ConsumerGroup,
                                topics: TopicView) -> dict[str, TopicMetadata]:
         patterns = [m.regex for m in group.members.values() if m.regex is not None]
         group.regexes.resolve(patterns, topics.names, topics.is_internal, trio.current_time())
@@ -325,7 +345,7 @@ class ConsumerGroups:
         best = max(votes.values())
         return next(a for a in self.assignors if votes.get(a) == best)
 
-    def _assign(self, group: ConsumerGroup) -> None:
+    def assign(self, group: ConsumerGroup) -> None:
         name = self.preferred_assignor(group)
         specs = {m.member_id: MemberSpec(frozenset(group.member_topics(m)),
                                          copy_partitions(group.target.get(m.member_id, {})))
@@ -336,7 +356,7 @@ class ConsumerGroups:
         log.info("consumer group target assignment", group=group.group_id,
                  epoch=group.assignment_epoch, assignor=name, members=len(group.members))
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember,
+    def reconcile_member(self, group: ConsumerGroup, member: ConsumerMember,
                    owned: Partitions | None) -> None:
         step = reconcile(member, group.assignment_epoch, group.target.get(member.member_id, {}),
                          group.held_by_other(member.member_id), owned)
@@ -387,19 +407,24 @@ class ConsumerGroups:
     def fence(self, group: ConsumerGroup, member: ConsumerMember) -> ErrorCode:
         """Remove a member (left, session or revocation timed out): its
         partitions are free and the group epoch moves on."""
-        self._cancel_timers(group, member.member_id)
-        if group.remove(member.member_id) is None:
+        self.cancel_timers(group, member.member_id)
+        if member.member_id not in group.members:
             return E.NONE
+        downgraded = self.downgrade(group, member)
+        if downgraded is not None:
+            return downgraded
+        group.remove(member.member_id)
         group.group_epoch += 1
         log.info("consumer group epoch bumped", group=group.group_id, epoch=group.group_epoch)
         return self.on_change(group, {member.member_id})
 
-    def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
-        self.timers.cancel(("consumer-session", group.group_id, member_id))
-        self.timers.cancel(("consumer-revoke", group.group_id, member_id))
+    def cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
+        for kind in ("consumer-session", "consumer-revoke", "consumer-join", "consumer-sync"):
+            self.timers.cancel((kind, group.group_id, member_id))
 
-    def _arm_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        timeout = self.config["group.consumer.session.timeout.ms"] / 1000
+    def arm_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        timeout = (member.classic.session_timeout_ms if member.classic is not None
+                   else self.group_config(group.group_id, "consumer.session.timeout.ms")) / 1000
         self.timers.schedule(("consumer-session", group.group_id, member.member_id),
                              trio.current_time() + timeout,
                              lambda: self._session_expired(group, member))
@@ -407,12 +432,12 @@ class ConsumerGroups:
     def loaded(self, group: ConsumerGroup) -> None:
         """A group replayed from the log: its members' sessions start now."""
         for member in group.members.values():
-            self._arm_session(group, member)
+            self.arm_session(group, member)
 
     def dropped(self, group: ConsumerGroup) -> None:
         """A group moving to another coordinator: stop its timers."""
         for member_id in group.members:
-            self._cancel_timers(group, member_id)
+            self.cancel_timers(group, member_id)
 
     def _session_expired(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if self.consumer_groups.get(group.group_id) is not group or \

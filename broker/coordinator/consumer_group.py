@@ -85,6 +85,15 @@ def contains(outer: Partitions, inner: Partitions) -> bool:
     return all(ps <= outer.get(t, set()) for t, ps in inner.items())
 
 
+@dataclass(slots=True)
+class ClassicMeta:
+    """What a classic-protocol member inside a consumer group joined with
+    (Kafka's ClassicMemberMetadata): it is served JoinGroup/SyncGroup/Heartbeat."""
+    session_timeout_ms: int
+    # (name, ConsumerProtocol subscription) in the member's order of preference.
+    protocols: list[tuple[str, bytes]]
+
+
 @dataclass(eq=False, slots=True)
 class ConsumerMember:
     member_id: str
@@ -103,6 +112,8 @@ class ConsumerMember:
     # Partitions the member may use now, and those it was asked to give up.
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    # Set for a member of the classic protocol (JoinGroup), None for ConsumerGroupHeartbeat.
+    classic: ClassicMeta | None = None
 
     def move(self, to: MemberState) -> None:
         """Raises:
@@ -218,6 +229,28 @@ class ConsumerGroup:
             topics |= self.regexes.matches.get(member.regex, frozenset())
         return topics
 
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of the subscribed topics."""
+        return {meta.topic_id: name for name, meta in self.subscription_metadata.items()}
+
+    def classic_members(self) -> int:
+        return sum(1 for m in self.members.values() if m.classic is not None)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` (itself of the consumer
+        protocol) uses the classic protocol: its leaving may downgrade the group."""
+        member = self.members.get(member_id)
+        return member is not None and member.classic is None and \
+            self.classic_members() == len(self.members) - 1
+
+    def supports_classic(self, protocol_type: str, names: list[str]) -> bool:
+        """Whether a classic member with these protocols may join (Kafka's
+        supportsClassicProtocols): a protocol every classic member supports."""
+        if protocol_type != "consumer" or not names:
+            return False
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        return any(all(name in {n for n, _ in c.protocols} for c in classic) for name in names)
+
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in self.member_topics(m)}
 
@@ -232,6 +265,15 @@ class ConsumerGroup:
                 partition not in mine.pending_revocation.get(topic_id, set())
         return held
 
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether ``member`` still waits for a partition of its target that
+        another member holds (a classic member then need not rejoin yet)."""
+        if member.state is not M.UNRELEASED_PARTITIONS:
+            return False
+        held = self.held_by_other(member.member_id)
+        return any(held(topic_id, p) for topic_id, ps in self.target.get(member.member_id, {}).items()
+                   for p in ps if p not in member.assigned.get(topic_id, set()))
+
     # -- offsets ---------------------------------------------------------------
 
     def validate_commit(self, member_id: str, member_epoch: int, version: int,
@@ -239,17 +281,18 @@ class ConsumerGroup:
         """Kafka's checks of an OffsetCommit to a consumer group: a commit
         without an epoch only while the group is empty; else from a member at
         its current epoch, with OffsetCommit v9+ (the version that carries
-        it). A TxnOffsetCommit at another epoch gets ILLEGAL_GENERATION, the
-        error transactional producers know."""
+        it) unless it is a classic member (its generation is its epoch). A
+        TxnOffsetCommit, or a classic member, at another epoch gets
+        ILLEGAL_GENERATION, the error those clients know."""
         if member_epoch < 0 and not self.members:
             return ErrorCode.NONE
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and version < 9:
+        if not transactional and member.classic is None and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            if transactional:
+            if transactional or member.classic is not None:
                 return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
@@ -263,6 +306,8 @@ class ConsumerGroup:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
+            if member.classic is not None:
+                return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 

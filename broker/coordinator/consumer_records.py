@@ -24,8 +24,9 @@ type  key (GroupId [, MemberId])                value v0
 A null value is a tombstone. The schemas are Kafka's group-coordinator JSON
 definitions of the same names, written as data for kafka-python's schema
 machinery (as ``protocol.rlmm_records`` does for the KIP-405 records); the
-member metadata's tagged ClassicMemberMetadata (members of the classic
-protocol inside a consumer group) is not written, and skipped on reading.
+member metadata's tagged ClassicMemberMetadata (tag 0: the session timeout
+and JoinGroup protocols of a classic-protocol member inside a consumer
+group) is written for those members only.
 """
 
 from __future__ import annotations
@@ -75,7 +76,12 @@ _VALUES: dict[int, list[dict[str, Any]]] = {
         _f("SubscribedTopicNames", "[]string"),
         _f("SubscribedTopicRegex", "string", nullableVersions="0+"),
         _f("RebalanceTimeoutMs", "int32", default="-1"),
-        _f("ServerAssignor", "string", nullableVersions="0+")],
+        _f("ServerAssignor", "string", nullableVersions="0+"),
+        _f("ClassicMemberMetadata", "ClassicMemberMetadata", nullableVersions="0+",
+           taggedVersions="0+", tag=0, default="null", fields=[
+               _f("SessionTimeoutMs", "int32"),
+               _f("SupportedProtocols", "[]ClassicProtocol", fields=[
+                   _f("Name", "string"), _f("Metadata", "bytes")])])],
     TARGET_ASSIGNMENT_METADATA: [_f("AssignmentEpoch", "int32")],
     TARGET_ASSIGNMENT_MEMBER: [_f("TopicPartitions", "[]TopicPartition", fields=[
         _f("TopicId", "uuid"), _f("Partitions", "[]int32")])],

@@ -33,7 +33,12 @@ import structlog
 
 from broker.coordinator import consumer_records as cr
 from broker.coordinator.assignors import Partitions, TopicMetadata
-from broker.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from broker.coordinator.consumer_group import (
+    ClassicMeta,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
 from broker.coordinator.records import RecordFormatError
 from broker.coordinator_store import CoordinatorStore, Record
 from protocol.errors import ErrorCode
@@ -60,7 +65,11 @@ def _member_values(group: ConsumerGroup, m: ConsumerMember) -> dict[int, bytes]:
             cr.MEMBER_METADATA, instance_id=m.instance_id, rack_id=m.rack_id,
             client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed), subscribed_topic_regex=m.regex,
-            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor),
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+            classic_member_metadata=None if m.classic is None else {
+                "session_timeout_ms": m.classic.session_timeout_ms,
+                "supported_protocols": [{"name": n, "metadata": md}
+                                        for n, md in m.classic.protocols]}),
         cr.TARGET_ASSIGNMENT_MEMBER: cr.encode_value(
             cr.TARGET_ASSIGNMENT_MEMBER,
             topic_partitions=_partitions(group.target.get(m.member_id, {}))),
@@ -180,6 +189,11 @@ class ConsumerGroupRecords:
                                     meta.client_host, meta.rebalance_timeout_ms,
                                     list(meta.subscribed_topic_names), meta.server_assignor,
                                     regex=meta.subscribed_topic_regex)
+            classic = meta.classic_member_metadata
+            if classic is not None:
+                member.classic = ClassicMeta(classic.session_timeout_ms,
+                                             [(p.name, bytes(p.metadata))
+                                              for p in classic.supported_protocols])
             current = assignments.get(member_id)
             if current is not None:
                 member.state = STATES.get(current.state, MemberState.STABLE)

@@ -15,7 +15,11 @@ JoinGroup, SyncGroup, Heartbeat and LeaveGroup and turns them into
 membership changes, ``rebalance`` runs the rebalances and the timers they
 need. This class keeps what every group protocol shares: ownership, the
 groups, durability, offsets (``offsets.OffsetManager``,
-``txn_offsets.TxnOffsets``) and the timers' nursery.
+``txn_offsets.TxnOffsets``) and the timers' nursery; and it applies the
+online migration between the protocols (``migration``): a classic group
+replaced by the consumer group it becomes, and back, in memory and in
+``__consumer_offsets`` (classic record tombstoned / consumer records
+tombstoned, the other written), the group's offsets carried over.
 
 Within an owned partition, requests run on the event loop and change group
 state without awaiting in between, so a request sees and leaves a group
@@ -40,14 +44,22 @@ from collections.abc import Callable
 import structlog
 import trio
 
+from broker.coordinator import migration
 from broker.coordinator.classic import ClassicGroups
-from broker.coordinator.consumer import ConsumerGroups, HeartbeatRequest, HeartbeatResult, TopicView
-from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.classic_members import ClassicMembers
+from broker.coordinator.consumer import (
+    ConsumerGroups,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicView,
+)
+from broker.coordinator.consumer_group import ConsumerGroup, ConsumerMember
 from broker.coordinator.consumer_store import ConsumerGroupRecords
-from broker.coordinator.group import Group, JoinRequest, JoinResult, Reply, SyncResult
+from broker.coordinator.group import Group, GroupState, JoinRequest, JoinResult, Reply, SyncResult
 from broker.coordinator.offsets import OffsetManager, PartitionCommit
-from broker.coordinator.offsets_store import load_groups, offsets_store
-from broker.coordinator.rebalance import Rebalancer
+from broker.coordinator.offsets_store import group_tombstone, load_groups, offsets_store
+from broker.coordinator.rebalance import Rebalancer, answer_parked
 from broker.coordinator.timers import Timers
 from broker.coordinator.txn_offsets import TxnOffsets
 from broker.coordinator_runtime import CoordinatorRuntime
@@ -84,7 +96,10 @@ class GroupCoordinator:
         # their offsets live in ``groups`` like those of any group.
         self.consumer_records = ConsumerGroupRecords(self.store)
         self.consumer = ConsumerGroups(config, self.groups, self.consumer_groups, self.timers,
-                                       self.consumer_records.sync)
+                                       self.consumer_records.sync, self._upgrade,
+                                       self._downgrade)
+        # Classic-protocol members inside consumer groups (online migration).
+        self.classic_members = ClassicMembers(self.consumer, self._downgrade_replaced)
         self.partitions: CoordinatorRuntime[None] = CoordinatorRuntime(
             "group coordinator", self.store, self._load, self._unload,
             follow_leadership=follow_leadership)
@@ -206,11 +221,17 @@ class GroupCoordinator:
 
     # -- the classic group protocol --------------------------------------------
 
-    async def join_group(self, req: JoinRequest) -> JoinResult:
+    async def join_group(self, req: JoinRequest, topics: TopicView | None = None) -> JoinResult:
+        """JoinGroup; to a non-empty consumer group, as one of its classic
+        members (``topics``: the broker's topics, to resolve the subscription)."""
         consumer_group = self.consumer_groups.get(req.group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+                if self._policy() == "disabled":
+                    return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+                result = self.classic_members.join(consumer_group, req, topics or NO_TOPICS)
+                error = await self.durable(req.group_id, result.error)
+                return result if error is result.error else JoinResult(error, result.member_id)
             error = self.consumer_records.delete(req.group_id)
             if error is not E.NONE:
                 return JoinResult(error, req.member_id)
@@ -223,6 +244,10 @@ class GroupCoordinator:
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None, protocol_type: str | None,
                          protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return self.classic_members.sync(consumer_group, generation_id, member_id,
+                                             group_instance_id, protocol_type, protocol_name)
         outcome = self.classic.sync(group_id, generation_id, member_id, group_instance_id,
                                     protocol_type, protocol_name, assignments)
         result = await outcome.wait() if isinstance(outcome, Reply) else outcome
@@ -231,11 +256,19 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None) -> ErrorCode:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return self.classic_members.heartbeat(consumer_group, generation_id, member_id,
+                                                  group_instance_id)
         return self.classic.heartbeat(group_id, generation_id, member_id, group_instance_id)
 
     def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """LeaveGroup; see ``ClassicGroups.leave``."""
+        """LeaveGroup; see ``ClassicGroups.leave`` (``ClassicMembers.leave``
+        for the classic members of a consumer group)."""
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return E.NONE, self.classic_members.leave(consumer_group, leaving)
         return self.classic.leave(group_id, leaving)
 
     # -- the consumer group protocol (KIP-848) ---------------------------------
@@ -249,3 +282,97 @@ class GroupCoordinator:
             return result
         error = await self.durable(req.group_id, result.error)
         return result if error is result.error else HeartbeatResult(error, None, None, 0)
+
+    # -- online migration between the protocols (``migration``) ---------------
+
+    def _policy(self) -> str:
+        return str(self.config["group.consumer.migration.policy"]).lower()
+
+    def _upgrade(self, classic: Group, topics: TopicView) -> ConsumerGroup | None:
+        """A consumer-protocol member joins the non-empty classic group: the
+        consumer group it becomes, its classic record tombstoned; None if
+        the conversion is not allowed.
+
+        Raises:
+            HeartbeatError: no room for the joining member, or the tombstone
+                could not be written.
+        """
+        gid = classic.group_id
+        if not migration.can_upgrade(self._policy(), classic,
+                                     self.config["group.consumer.max.size"]):
+            log.info("classic group not upgraded", group=gid, policy=self._policy(),
+                     protocol_type=classic.protocol_type)
+            return None
+        max_size = self.config["group.consumer.max.size"]
+        if len(classic.members) >= max_size:
+            # No room for the joining member: refused before anything changes.
+            raise HeartbeatError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached "
+                                 f"its maximum capacity of {max_size} members.")
+        try:
+            converted = migration.to_consumer_group(classic, topics.lookup)
+        except ValueError as exc:
+            log.warning("classic group not upgraded: malformed consumer protocol", group=gid,
+                        error=str(exc))
+            return None
+        error = self.store.append(gid, [group_tombstone(gid)])
+        if error is not E.NONE:
+            raise HeartbeatError(error, f"Group {gid} could not be upgraded.")
+        for member in classic.members.values():
+            answer_parked(member, E.REBALANCE_IN_PROGRESS)
+        self.rebalance.dropped(classic)
+        shell = self.groups[gid] = Group(gid, GroupState.EMPTY, self.wall_clock())
+        shell.offsets = classic.offsets
+        self.consumer_groups[gid] = converted
+        for converted_member in converted.members.values():
+            self.consumer.arm_session(converted, converted_member)
+        log.info("classic group upgraded to a consumer group", group=gid,
+                 epoch=converted.group_epoch, members=len(converted.members))
+        return converted
+
+    def _downgrade(self, group: ConsumerGroup, leaving: ConsumerMember) -> ErrorCode | None:
+        """``leaving`` is about to go: if it is the last consumer-protocol
+        member and the policy allows, the group becomes a classic group that
+        rebalances at once; the error of writing that. None: no downgrade."""
+        if not migration.can_downgrade(self._policy(), group, leaving.member_id):
+            return None
+        return self._to_classic(group, leaving.member_id, f"downgraded from a consumer group: "
+                                f"member {leaving.member_id} left")
+
+    def _downgrade_replaced(self, group: ConsumerGroup) -> ErrorCode | None:
+        """A classic static member took the place of the last consumer-protocol
+        member: the group becomes classic, Stable (no rebalance), if the policy
+        allows; the error of writing that. None: no downgrade."""
+        if not migration.downgrade_enabled(self._policy()) or \
+                group.classic_members() != len(group.members):
+            return None
+        return self._to_classic(group, "", None)
+
+    def _to_classic(self, group: ConsumerGroup, leaving_id: str,
+                    rebalance: str | None) -> ErrorCode | None:
+        """Replace ``group`` by the classic group its members (but ``leaving_id``)
+        form, rebalancing it for the reason ``rebalance`` unless None."""
+        gid = group.group_id
+        try:
+            classic = migration.to_classic_group(group, leaving_id, self.wall_clock())
+        except ValueError as exc:
+            log.warning("consumer group not downgraded: malformed consumer protocol", group=gid,
+                        error=str(exc))
+            return None
+        self.consumer.dropped(group)
+        deleted = self.consumer_records.delete(gid)
+        del self.consumer_groups[gid]
+        shell = self.groups.get(gid)
+        if shell is not None:
+            classic.offsets = shell.offsets
+        self.groups[gid] = classic
+        stored = self.rebalance.store_group(classic)
+        self.rebalance.loaded(classic)
+        if rebalance is not None:
+            self.rebalance.prepare(classic, rebalance)
+        log.info("consumer group downgraded to a classic group", group=gid,
+                 generation=classic.generation_id, members=len(classic.members))
+        return deleted if deleted is not E.NONE else stored
+
+
+# A JoinGroup's view of the broker's topics when the caller has none (tests of the classic protocol).
+NO_TOPICS = TopicView(lambda name: None, lambda: (), lambda name: False)

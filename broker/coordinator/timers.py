@@ -38,6 +38,10 @@ class Timers:
         assert self._nursery is not None, "timers used before the coordinator runs"
         self._nursery.start_soon(self._fire, key, scope, deadline, callback)
 
+    def scheduled(self, key: TimerKey) -> bool:
+        """Whether ``key`` has a timer that has not fired or been cancelled."""
+        return key in self._scopes
+
     def cancel(self, key: TimerKey) -> None:
         scope = self._scopes.pop(key, None)
         if scope is not None:

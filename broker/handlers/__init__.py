@@ -22,6 +22,7 @@ from broker.handlers import (
     cluster,
     consumer_groups,
     elect_leaders,
+    features,
     fetch,
     groups,
     init_producer_id,
@@ -48,5 +49,5 @@ for _module in (api_versions, metadata, produce, fetch, list_offsets, leader_epo
                 admin_topics, admin_configs, cluster, init_producer_id, groups,
                 consumer_groups, offsets,
                 transactions, txn_admin, inter_broker, reassignments, tiering, security, acls,
-                topic_partitions, elect_leaders, telemetry):
+                topic_partitions, elect_leaders, telemetry, features):
     HANDLERS.update(_module.HANDLERS)

@@ -5,6 +5,8 @@ metadata store (so they survive restart) and applied to the live logs.
 Broker configs: a resource named with a broker id is that broker's dynamic
 entry, an empty name the cluster-wide default (Kafka's ``<default>``); what
 may change and how it reaches the running broker is broker/dynamic_config.py.
+Group configs (resource type 32, KIP-848; DescribeConfigs and
+IncrementalAlterConfigs only, as Kafka): broker/group_configs.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ from kafka.protocol.admin import (
 )
 
 from broker.context import BrokerContext, Session
-from broker.handlers.describe import describe_broker_configs, describe_topic_configs
+from broker.group_configs import group_def
+from broker.handlers.describe import (
+    describe_broker_configs,
+    describe_group_configs,
+    describe_topic_configs,
+)
 from config import ConfigError, TopicConfigs
 from config.defs import ConfigDef, ConfigType
 from config.dynamic import ConfigSource, DynamicConfigRefused, definition
@@ -35,6 +42,7 @@ log = structlog.get_logger(__name__)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_GROUP = 32
 
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -43,6 +51,11 @@ def _check_broker_name(ctx: BrokerContext, name: str) -> None:
     if name not in ("", str(ctx.node_id)):
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected "
                             f"{ctx.node_id}, but received {name}")
+
+
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
 
 
 async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
@@ -66,6 +79,9 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
             elif r.resource_type == RESOURCE_BROKER:
                 _check_broker_name(ctx, r.resource_name)
                 described = describe_broker_configs(ctx, keys, r.resource_name != "")
+            elif r.resource_type == RESOURCE_GROUP:
+                _check_group_name(r.resource_name)
+                described = describe_group_configs(ctx, r.resource_name, keys)
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     f"Unsupported resource type {r.resource_type}")
@@ -89,12 +105,21 @@ async def handle_describe_configs(ctx: BrokerContext, header: RequestHeader,
 
 
 async def _apply(ctx: BrokerContext, api: str, r: Any, validate_only: bool,
-                 build: Any, build_broker: Any) -> tuple[int, str | None]:
+                 build: Any, build_broker: Any, build_group: Any = None
+                 ) -> tuple[int, str | None]:
     """Validate and apply one resource's change; returns (error code, message).
 
     ``build(TopicConfigs)`` gives a topic's new overrides, ``build_broker(entry)``
-    a broker entry's new configs."""
+    a broker entry's new configs, ``build_group(overrides)`` a group's (None:
+    the API does not alter groups)."""
     try:
+        if r.resource_type == RESOURCE_GROUP and build_group is not None:
+            _check_group_name(r.resource_name)
+            if ctx.group_configs is None:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
+                                    "Group configs are not available on this broker")
+            await ctx.group_configs.alter(r.resource_name, build_group, validate_only)
+            return 0, None
         if r.resource_type == RESOURCE_BROKER:
             if ctx.dynamic is None:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
@@ -203,8 +228,11 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, header: RequestHe
 
         def build_broker(entry: dict[str, str], r: Any = r) -> dict[str, str]:
             return _incremental(entry, r.configs, definition, ctx.config.values.get)
+
+        def build_group(entry: dict[str, str], r: Any = r) -> dict[str, str]:
+            return _incremental(entry, r.configs, group_def, lambda _key: None)
         code, message = await _apply(ctx, "IncrementalAlterConfigs", r, req.validate_only,
-                                     build, build_broker)
+                                     build, build_broker, build_group)
         results.append(result_cls(error_code=code, error_message=message,
                                   resource_type=r.resource_type, resource_name=r.resource_name))
     return resp(throttle_time_ms=0, responses=results)

@@ -1,11 +1,13 @@
 """ApiVersions: the table in protocol.api, and (v3+) the features of
-protocol.features with the finalized transaction.version level."""
+protocol.features with the cluster's finalized levels and their epoch
+(broker/features.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from broker.context import BrokerContext, Session
+from broker.features import finalized_now
 from protocol import api, features
 from protocol.api import RequestHeader
 
@@ -22,11 +24,12 @@ async def handle_api_versions(ctx: BrokerContext, header: RequestHeader, req: An
             resp_cls.SupportedFeatureKey(name=f.name, min_version=f.min_level,
                                          max_version=f.max_level)
             for f in features.supported(v)]
-        resp.finalized_features_epoch = features.FINALIZED_FEATURES_EPOCH
+        finalized = finalized_now(ctx.features, ctx.config)
+        resp.finalized_features_epoch = finalized.epoch
         resp.finalized_features = [
             resp_cls.FinalizedFeatureKey(name=f.name, min_version_level=f.min_level,
                                          max_version_level=f.max_level)
-            for f in features.finalized(ctx.config["tierd.transaction.version"])]
+            for f in features.finalized(finalized)]
     return resp
 
 

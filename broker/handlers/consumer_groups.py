@@ -5,6 +5,8 @@ Partitions travel by topic id; the coordinator reads topic metadata from the
 broker's metadata cache through ``topic_lookup``. Requests for a group this
 broker does not coordinate get NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
 before anything else is checked, as Kafka's coordinator runtime answers.
+With ``group.version`` finalized at 0 both APIs answer UNSUPPORTED_VERSION
+(the consumer protocol is off), as Kafka's brokers do.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import BrokerContext, Session
-from broker.coordinator.assignors import Partitions, TopicMetadata
-from broker.coordinator.consumer import HeartbeatRequest, TopicView
+from broker.coordinator.assignors import Partitions
+from broker.coordinator.consumer import HeartbeatRequest
 from broker.coordinator.consumer_group import ConsumerGroup
-from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here
+from broker.features import finalized_now
+from broker.handlers.groups import GROUP_OPERATIONS, coordinator, not_here, topic_view
 from protocol.api import RequestHeader
 from protocol.consumer_group_apis import (
     ConsumerGroupDescribeRequest,
@@ -24,18 +27,12 @@ from protocol.consumer_group_apis import (
     ConsumerGroupHeartbeatResponse,
 )
 from protocol.errors import ErrorCode
+from protocol.features import GROUP_VERSION
 
 
-def topic_view(ctx: BrokerContext) -> TopicView:
-    """The broker's topics (ids, partition counts, names) from its metadata cache."""
-    def lookup(name: str) -> TopicMetadata | None:
-        info = ctx.metadata.topic(name)
-        return None if info is None else TopicMetadata(info.topic_id, name, info.partitions)
-
-    def is_internal(name: str) -> bool:
-        info = ctx.metadata.topic(name)
-        return info is not None and info.internal
-    return TopicView(lookup, ctx.metadata.topic_names, is_internal)
+def _protocol_off(ctx: BrokerContext) -> bool:
+    """The consumer rebalance protocol is disabled (group.version 0)."""
+    return finalized_now(ctx.features, ctx.config).level(GROUP_VERSION) < 1
 
 
 def _owned(topics: Any | None) -> Partitions | None:
@@ -50,7 +47,7 @@ def _owned(topics: Any | None) -> Partitions | None:
 async def handle_consumer_group_heartbeat(ctx: BrokerContext, header: RequestHeader, req: Any,
                                           session: Session) -> Any:
     resp = ConsumerGroupHeartbeatResponse[header.api_version]
-    if code := not_here(ctx, req.group_id):
+    if code := ErrorCode.UNSUPPORTED_VERSION if _protocol_off(ctx) else not_here(ctx, req.group_id):
         ctx.metrics.error("ConsumerGroupHeartbeat", code)
         return resp(throttle_time_ms=0, error_code=code, error_message=None, member_id=None,
                     member_epoch=0, heartbeat_interval_ms=0, assignment=None)
@@ -83,7 +80,8 @@ async def handle_consumer_group_describe(ctx: BrokerContext, header: RequestHead
     group_cls = resp.DescribedGroup
     out = []
     for group_id in req.group_ids:
-        code = ErrorCode.INVALID_GROUP_ID if not group_id else not_here(ctx, group_id)
+        code = (ErrorCode.UNSUPPORTED_VERSION if _protocol_off(ctx)
+                else ErrorCode.INVALID_GROUP_ID if not group_id else not_here(ctx, group_id))
         group = coordinator(ctx).consumer_groups.get(group_id) if not code else None
         if group is None:
             code = code or ErrorCode.GROUP_ID_NOT_FOUND
@@ -97,6 +95,11 @@ async def handle_consumer_group_describe(ctx: BrokerContext, header: RequestHead
             described.authorized_operations = GROUP_OPERATIONS
         out.append(described)
     return resp(throttle_time_ms=0, groups=out)
+
+
+# ConsumerGroupDescribe v1's MemberType: which protocol a member speaks.
+CLASSIC_MEMBER = 0
+CONSUMER_MEMBER = 1
 
 
 def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
@@ -115,7 +118,8 @@ def _describe(ctx: BrokerContext, group_cls: Any, group: ConsumerGroup) -> Any:
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=sorted(m.subscribed), subscribed_topic_regex=m.regex,
         assignment=assignment(m.assigned),
-        target_assignment=assignment(group.target.get(m.member_id, {})))
+        target_assignment=assignment(group.target.get(m.member_id, {})),
+        member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
         for m in group.members.values()]
     return group_cls(error_code=0, error_message=None, group_id=group.group_id,
                      group_state=group.state.value, group_epoch=group.group_epoch,

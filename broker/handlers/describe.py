@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.context import BrokerContext
+from broker.group_configs import GROUP_KEYS
 from config import TopicConfigs
 from config.broker import DEFS as BROKER_DEFS
 from config.dynamic import LISTENER_PREFIX, ConfigSource, DynamicLayers, definition, is_live
@@ -71,4 +72,21 @@ def describe_broker_configs(ctx: BrokerContext, keys: list[str] | None,
         out.append(DescribedConfig(key, None if d.sensitive else value, source,
                                    not is_live(key), d.sensitive, int(d.type), d.doc,
                                    synonyms))
+    return out
+
+
+def describe_group_configs(ctx: BrokerContext, group: str,
+                           keys: list[str] | None) -> list[DescribedConfig]:
+    """A group's configs (KIP-848): its overrides, else the broker's values."""
+    overrides = ctx.group_configs.overrides.get(group, {}) if ctx.group_configs else {}
+    out = []
+    for key in sorted(GROUP_KEYS) if keys is None else [k for k in keys if k in GROUP_KEYS]:
+        broker_key = GROUP_KEYS[key][0]
+        d = BROKER_DEFS[broker_key]
+        value: str | None = overrides.get(key)
+        source = ConfigSource.GROUP_CONFIG
+        if value is None:
+            value, source = d.render(ctx.config[broker_key]), ConfigSource.DEFAULT_CONFIG
+        out.append(DescribedConfig(key, value, source, False, False, int(d.type), d.doc,
+                                   [(key, value, source)]))
     return out

@@ -35,6 +35,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from broker.context import BrokerContext, Session
 from broker.coordinator import GroupCoordinator, admin
+from broker.coordinator.assignors import TopicMetadata
+from broker.coordinator.consumer import TopicView
 from broker.coordinator.group import JoinRequest
 from protocol.api import RequestHeader
 from protocol.errors import ErrorCode, KafkaApiError
@@ -56,6 +58,18 @@ def coordinator(ctx: BrokerContext) -> GroupCoordinator:
     if ctx.groups is None:
         raise RuntimeError("broker context has no group coordinator")
     return ctx.groups
+
+
+def topic_view(ctx: BrokerContext) -> TopicView:
+    """The broker's topics (ids, partition counts, names) from its metadata cache."""
+    def lookup(name: str) -> TopicMetadata | None:
+        info = ctx.metadata.topic(name)
+        return None if info is None else TopicMetadata(info.topic_id, name, info.partitions)
+
+    def is_internal(name: str) -> bool:
+        info = ctx.metadata.topic(name)
+        return info is not None and info.internal
+    return TopicView(lookup, ctx.metadata.topic_names, is_internal)
 
 
 def _error(ctx: BrokerContext, api: str, code: int) -> int:
@@ -146,7 +160,7 @@ async def handle_join_group(ctx: BrokerContext, header: RequestHeader, req: Any,
         session_timeout_ms=req.session_timeout_ms, rebalance_timeout_ms=req.rebalance_timeout_ms,
         protocol_type=req.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
-        require_known_member_id=v >= 4, supports_skip_assignment=v >= 9))
+        require_known_member_id=v >= 4, supports_skip_assignment=v >= 9), topic_view(ctx))
     _error(ctx, "JoinGroup", result.error)
     return resp(
         throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,

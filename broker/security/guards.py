@@ -314,6 +314,7 @@ GUARDS: dict[int, Guard] = {
     49: on_cluster(Op.ALTER_CONFIGS, _client_quotas_denied),  # AlterClientQuotas
     50: on_cluster(Op.DESCRIBE),  # DescribeUserScramCredentials
     51: on_cluster(Op.ALTER, _scram_denied),  # AlterUserScramCredentials
+    57: on_cluster(Op.ALTER),  # UpdateFeatures
     60: describe_cluster,
     68: gg.consumer_group_heartbeat,
     69: gg.consumer_group_describe,

@@ -34,7 +34,7 @@ import trio
 
 from storage.remote.api import StoredObject
 from storage.remote.audit_result import AuditResult
-from storage.remote.naming import LOG_SUFFIX
+from storage.remote.naming import LOG_SUFFIX, expected_log_object_size
 from storage.remote.types import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -91,10 +91,10 @@ def audit(objects: Iterable[StoredObject], segments: Iterable[RemoteLogSegmentMe
         if found is None:
             result.missing_segments += 1
             _example(result, f"missing .log of segment at {md.start_offset}")
-        elif found.size != md.segment_size_in_bytes:
+        elif found.size != expected_log_object_size(md):
             result.size_mismatches += 1
             _example(result, f"{found.key}: {found.size} bytes, metadata says "
-                             f"{md.segment_size_in_bytes}")
+                             f"{expected_log_object_size(md)}")
     return result
 
 

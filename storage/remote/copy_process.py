@@ -59,9 +59,9 @@ def _start_worker(class_name: str, settings: dict[str, str], log_level: int) -> 
     # (the event loop serving produce) must win the CPU.
     lower_to_background()
     configure_logging(log_level)
-    from storage.remote.rsm import load_rsm
+    from storage.remote.codec_storage import load_storage
 
-    _worker_rsm = load_rsm(class_name, settings)
+    _worker_rsm = load_storage(class_name, settings)
 
 
 def _copy_in_worker(metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:

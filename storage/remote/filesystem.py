@@ -31,6 +31,7 @@ from config.defs import ConfigDef, ConfigError, ConfigType
 from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
+    CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -176,6 +177,10 @@ class FileSystemRemoteStorageManager:
             RemoteResourceNotFoundError: a segment copied without one.
         """
         return self._read_whole(self.object_path(metadata, INDEXES_SUFFIX), metadata)
+
+    def fetch_codec_manifest(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The segment's codec manifest object (layout 3, ``codec_storage``)."""
+        return self._read_whole(self.object_path(metadata, CODEC_MANIFEST_SUFFIX), metadata)
 
     def _read_whole(self, path: str, metadata: RemoteLogSegmentMetadata) -> bytes:
         fd = _open_stored(path, metadata)

@@ -85,6 +85,13 @@ class RemoteMetrics:
                                       registry=r)
         self.fetch_errors = Counter("RemoteFetchErrorsPerSec", "Failed remote reads", ["topic"],
                                     registry=r)
+        # Remote reads that got bytes from the store but could not decode them
+        # (storage.remote.codec_storage): a failed GCM tag or zstd frame, or a
+        # data key whose key pair is missing or wrong. Also in fetch_errors.
+        self.fetch_decode_errors = Counter(
+            "RemoteFetchDecodeErrorsPerSec",
+            "Remote reads of compressed/encrypted segments that failed to decode "
+            "(tampered or corrupt chunk, missing or wrong key pair)", ["topic"], registry=r)
         self.delete_requests = Counter("RemoteDeleteRequestsPerSec", "Remote segment deletions",
                                        ["topic"], registry=r)
         # Time of one remote read (queue wait in the reader pool included), as

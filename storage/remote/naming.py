@@ -52,8 +52,13 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
 # in the manifest). The separate objects stay, for tools and older readers.
 INDEXES_SUFFIX = "indexes"
 
+# Layout 3: the codec manifest of a segment whose objects are compressed or
+# encrypted (``storage.remote.segment_codec``): its chunking and wrapped key.
+CODEC_MANIFEST_SUFFIX = "rsm_manifest"
+
 # Every object a segment may have: delete removes all of them.
-ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values(), INDEXES_SUFFIX)
+ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values(), INDEXES_SUFFIX,
+                                 CODEC_MANIFEST_SUFFIX)
 
 
 def uuid_str(value: uuid.UUID) -> str:
@@ -84,6 +89,8 @@ def segment_sources(data: LogSegmentData) -> list[tuple[str, StrPath | bytes]]:
         sources.append((INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], data.producer_snapshot_index))
     sources.append((INDEX_SUFFIXES[IndexType.LEADER_EPOCH], data.leader_epoch_index))
     sources.append((INDEXES_SUFFIX, combined_indexes(data)))
+    if data.codec_manifest is not None:
+        sources.append((CODEC_MANIFEST_SUFFIX, data.codec_manifest))
     return sources
 
 
@@ -108,18 +115,37 @@ def combined_indexes(data: LogSegmentData) -> bytes:
 # remote.log.metadata.custom.metadata.max.bytes defaults to 128, and this
 # stays far below it. Version 2 adds "idx": the lengths of the offset and time
 # indexes in the ``indexes`` object; version 1 (no such object) stays readable.
+# Version 3 (layout 3) is version 2 of a segment whose objects are transformed
+# (compressed and/or encrypted): "ts" is the stored length of its .log, and
+# the chunking is in its codec manifest object.
 MANIFEST_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+TRANSFORMED_MANIFEST_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 
 
-def segment_manifest(data: LogSegmentData) -> bytes:
+def segment_manifest(data: LogSegmentData, stored_log_size: int | None = None) -> bytes:
     """The custom metadata a copy of ``data`` records: which optional objects
-    exist, and where each index sits in the ``indexes`` object."""
+    exist, and where each index sits in the ``indexes`` object (plain lengths).
+
+    Args:
+        stored_log_size: the length of the stored .log when the copy
+            transformed it (version 3); None for a plain copy.
+    """
     lengths = [os.path.getsize(p) if not isinstance(p, bytes) else len(p)
                for p in (data.offset_index, data.time_index)]
-    return json.dumps({"v": MANIFEST_VERSION, "txn": data.transaction_index is not None,
-                       "snap": data.producer_snapshot_index is not None, "idx": lengths},
-                      separators=(",", ":")).encode()
+    return manifest_bytes(data.transaction_index is not None,
+                          data.producer_snapshot_index is not None, lengths, stored_log_size)
+
+
+def manifest_bytes(txn: bool, snap: bool, index_lengths: list[int],
+                   stored_log_size: int | None) -> bytes:
+    """``segment_manifest``'s bytes from what they record."""
+    manifest: dict[str, object] = {"v": MANIFEST_VERSION, "txn": txn, "snap": snap,
+                                   "idx": index_lengths}
+    if stored_log_size is not None:
+        manifest["v"] = TRANSFORMED_MANIFEST_VERSION
+        manifest["ts"] = stored_log_size
+    return json.dumps(manifest, separators=(",", ":")).encode()
 
 
 def _manifest(metadata: RemoteLogSegmentMetadata) -> dict[str, object] | None:
@@ -159,3 +185,17 @@ def index_lengths(metadata: RemoteLogSegmentMetadata) -> tuple[int, int] | None:
             or not all(isinstance(n, int) and n >= 0 for n in lengths)):
         return None
     return lengths[0], lengths[1]
+
+
+def stored_log_size(metadata: RemoteLogSegmentMetadata) -> int | None:
+    """The stored .log's length when the copy transformed it (layout 3);
+    None for a plain copy, whose stored .log is ``segment_size_in_bytes``."""
+    manifest = _manifest(metadata)
+    size = None if manifest is None else manifest.get("ts")
+    return size if isinstance(size, int) and size >= 0 else None
+
+
+def expected_log_object_size(metadata: RemoteLogSegmentMetadata) -> int:
+    """How long the stored .log object must be (audits compare listings to it)."""
+    size = stored_log_size(metadata)
+    return metadata.segment_size_in_bytes if size is None else size

@@ -29,7 +29,10 @@ storage call runs on the event loop, and a fetch waits for a remote result
 only up to remote.fetch.max.wait.ms (the purgatory's deadline).
 
 Error handling: corrupt remote bytes answer CORRUPT_MESSAGE, a store that is
-down or an object that is missing KAFKA_STORAGE_ERROR, our own bugs
+down or an object that is missing KAFKA_STORAGE_ERROR, a compressed or
+encrypted chunk that does not decode (failed GCM tag, missing or wrong key
+pair) KAFKA_STORAGE_ERROR too, also counted in RemoteFetchDecodeErrorsPerSec
+(``codec_storage`` logs why), our own bugs
 UNKNOWN_SERVER_ERROR (logged with the traceback); each is counted in
 RemoteFetchErrorsPerSec and delivered as a value.
 """
@@ -49,6 +52,7 @@ from protocol.partition import TopicPartition
 from storage.remote import reader
 from storage.remote.metrics import BusyTracker
 from storage.remote.partition_state import RemoteServices, TieredPartition, TieredPartitions
+from storage.remote.segment_codec import CodecError
 from storage.remote.types import RemoteLogSegmentMetadata, RemoteStorageError
 
 log = structlog.get_logger(__name__)
@@ -166,6 +170,9 @@ class RemoteReadPool:
             result = RemoteReadResult(data)
         except reader.CorruptRemoteDataError as exc:
             result = self._failed(p, md, exc, ErrorCode.CORRUPT_MESSAGE)
+        except CodecError as exc:
+            svc.metrics.fetch_decode_errors.labels(topic).inc()
+            result = self._failed(p, md, exc, ErrorCode.KAFKA_STORAGE_ERROR)
         except RemoteStorageError as exc:
             result = self._failed(p, md, exc, ErrorCode.KAFKA_STORAGE_ERROR)
         except Exception as exc:

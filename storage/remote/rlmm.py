@@ -28,12 +28,17 @@ here, or before the first catch-up with the topic since it was assigned.
 (``rlmm_consumer``): it long-polls the assigned metadata partitions, folds
 what comes as soon as it is committed and, every ``snapshot_interval_s``,
 writes a snapshot file per changed user partition and then
-``_rlmm_committed_offsets`` (``rlmm_snapshot``). A restart loads
-them and reads only the tail. A snapshot may be newer than the committed
-offset (a crash between the two writes): records of that user partition at
-or below the snapshot's own offset are skipped, so nothing is folded twice.
-A corrupt snapshot, or a committed offset beyond the end of the topic, makes
-that metadata partition be read again from the start.
+``_rlmm_committed_offsets`` (``rlmm_snapshot``), then compacts the
+metadata partitions it leads that are worth it (``rlmm_compaction``: a
+restatement of the live state, then the log start moves to it). A restart
+loads the snapshots and reads only the tail. A snapshot may be newer than
+the committed offset (a crash between the two writes): records of that user
+partition at or below the snapshot's own offset are skipped, so nothing is
+folded twice. A corrupt snapshot, or a committed offset beyond the end of
+the topic, makes that metadata partition be read again from the start.
+Records missing below the log start (compacted away), whether a catch-up
+read or a long-poll finds them so, make the reader forget its state and
+rebuild it from the next complete restatement (``rlmm_partition``).
 
 Unassigning every user partition of a metadata partition pauses it (its
 caches stay, stale, until it is assigned again and caught up). A metadata
@@ -47,9 +52,10 @@ Concurrency: everything runs on the trio thread; file writes go through
 metadata partition's own.
 
 Why one module of ~450 lines: one manager folding one topic into caches,
-with its start-up, catch-up and snapshot logic sharing the same per-partition
+with its start-up, catch-up and interval logic sharing the same per-partition
 state (the folding itself is ``rlmm_partition``'s, the consumer task
-``rlmm_consumer``'s).
+``rlmm_consumer``'s, compaction ``rlmm_compaction``'s, snapshot writing
+``rlmm_snapshot_sync``'s).
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from collections.abc import Iterable, Sequence
 import structlog
 import trio
 
-from storage.remote import rlmm_snapshot
+from storage.remote import rlmm_compaction, rlmm_snapshot
 from storage.remote.api import MetadataNotReady, RemoteLogMetadataManager
 from storage.remote.metadata_cache import (
     RemoteLogMetadata,
@@ -75,12 +81,14 @@ from storage.remote.rlmm_api import (
     TOPIC_NAME,
     MetadataLog,
     PollLimits,
+    TopicRecord,
     metadata_partition,
 )
 from storage.remote.rlmm_config import RlmmSettings
 from storage.remote.rlmm_consumer import MetadataConsumer
 from storage.remote.rlmm_partition import MetadataPartition
-from storage.remote.rlmm_serde import serialize, snapshot_bytes
+from storage.remote.rlmm_serde import serialize
+from storage.remote.rlmm_snapshot_sync import SnapshotSync
 from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
 
 __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "MetadataLog",
@@ -89,9 +97,6 @@ __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "Met
 
 log = structlog.get_logger(__name__)
 
-# How often snapshots and committed offsets are written: Kafka's ConsumerTask
-# synced its committed offsets every 30 s.
-DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
 # How long the consumer task waits after a failed catch-up or poll before it
 # tries again: the consumer default retry.backoff.ms.
 RETRY_BACKOFF_S = 0.1
@@ -106,30 +111,37 @@ class TopicBasedRemoteLogMetadataManager:
         metadata_log: the internal topic (see MetadataLog).
         log_dir: where ``_rlmm_committed_offsets`` and the snapshots live.
         num_partitions: remote.log.metadata.topic.num.partitions (default: the settings').
-        snapshot_interval_s: how often ``run`` writes snapshots.
+        snapshot_interval_s: how often ``run`` writes snapshots and compacts
+            (default: the settings').
+        min_superseded: compaction threshold (``rlmm_compaction``; < 0: never;
+            default: the settings').
         settings: the rlmm.config.* settings (``rlmm_config``).
     """
 
     def __init__(self, metadata_log: MetadataLog, log_dir: str, *,
                  num_partitions: int | None = None,
-                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
+                 snapshot_interval_s: float | None = None,
+                 min_superseded: int | None = None,
                  settings: RlmmSettings = _DEFAULT_SETTINGS) -> None:
         num_partitions = settings.num_partitions if num_partitions is None else num_partitions
         if num_partitions <= 0:
             raise ValueError(f"{NUM_PARTITIONS_CONFIG} must be positive, not {num_partitions}")
+        if snapshot_interval_s is None:
+            snapshot_interval_s = settings.snapshot_interval_ms / 1000
+        self._min_superseded = (settings.compaction_min_superseded_records
+                                if min_superseded is None else min_superseded)
         self._log = metadata_log
         self._log_dir = log_dir
         self.num_partitions = num_partitions
         self._settings = settings
         self._partitions: dict[int, MetadataPartition] = {}
-        self._committed: dict[int, int] = {}
         self._started = False
         self._closed = False
-        self._sync_lock = trio.Lock()
+        self._snapshots = SnapshotSync(log_dir)
         limits = PollLimits(settings.fetch_max_wait_ms, settings.fetch_min_bytes,
                             settings.fetch_max_bytes, settings.max_partition_fetch_bytes)
         self.consumer = MetadataConsumer(metadata_log, self, limits, RETRY_BACKOFF_S,
-                                         snapshot_interval_s, self.sync_snapshots)
+                                         snapshot_interval_s, self._on_interval)
 
     @property
     def closed(self) -> bool:
@@ -139,7 +151,7 @@ class TopicBasedRemoteLogMetadataManager:
         return metadata_partition(tip, self.num_partitions)
 
     def _new_partition(self, p: int, next_offset: int = 0) -> MetadataPartition:
-        return MetadataPartition(p, self.partition_for, next_offset=next_offset)
+        return MetadataPartition(p, self.num_partitions, next_offset=next_offset)
 
     def _partition(self, p: int) -> MetadataPartition:
         state = self._partitions.get(p)
@@ -173,7 +185,7 @@ class TopicBasedRemoteLogMetadataManager:
             cache.restore(snap.segments, snap.delete_metadata)
             state.caches[snap.topic_id_partition] = cache
             state.skip_through[snap.topic_id_partition] = snap.metadata_offset
-        self._committed = committed
+        self._snapshots.committed = committed
         self._started = True
         log.info("remote log metadata manager started", partitions=self.num_partitions,
                  committed=sorted(committed))
@@ -247,8 +259,10 @@ class TopicBasedRemoteLogMetadataManager:
 
     def owned_deletions(self) -> list[TopicIdPartition]:
         """User partitions marked or started for deletion in the caught-up
-        metadata partitions this broker leads."""
-        return [tip for state in self._partitions.values() if state.owned and state.ready
+        metadata partitions this broker leads (not while one is rebuilt after
+        records went missing: its view is partial until then)."""
+        return [tip for state in self._partitions.values()
+                if state.owned and state.ready and state.trusted
                 for tip in state.unfinished_deletions()]
 
     async def mark_partition_deleted(self, marked: RemotePartitionDeleteMetadata) -> None:
@@ -348,7 +362,7 @@ class TopicBasedRemoteLogMetadataManager:
         return caught_up
 
     async def fold_polled(self, partition: int, position: int,
-                          found: Sequence[tuple[int, bytes]]) -> None:
+                          found: Sequence[TopicRecord]) -> None:
         state = self._partitions.get(partition)
         if state is None:
             return
@@ -376,50 +390,40 @@ class TopicBasedRemoteLogMetadataManager:
             if not batch:
                 break
             refused = state.fold_all(batch, through) or refused
-        if through is None and state.followed:
+        if through is None and state.followed and not state.ready:
             state.ready = True
+            log.info("remote log metadata caught up", metadata_partition=p,
+                     next_offset=state.next_offset, user_partitions=len(state.caches))
         return refused
 
-    # -- snapshots -----------------------------------------------------------
+    # -- every snapshot interval: snapshots, then compaction -----------------
 
     async def sync_snapshots(self) -> None:
-        """Write snapshots of changed user partitions, then the committed offsets."""
-        async with self._sync_lock:
-            committed = dict(self._committed)
-            for p, state in sorted(self._partitions.items()):
-                last = state.next_offset - 1
-                if not state.dirty and not state.removed and committed.get(p, -1) == last:
-                    continue
-                async with state.lock:
-                    last = state.next_offset - 1
-                    blobs = {rlmm_snapshot.snapshot_file_name(t): snapshot_bytes(
-                        t, last, state.caches[t].segments_in_event_order(),
-                        state.caches[t].delete_metadata) for t in state.dirty}
-                    dirty, removed = set(state.dirty), set(state.removed)
-                    state.dirty.clear()
-                    state.removed.clear()
-                try:
-                    await trio.to_thread.run_sync(rlmm_snapshot.write_snapshots,
-                                                  self._log_dir, blobs, removed)
-                except OSError:
-                    log.exception("writing remote log metadata snapshots failed",
-                                  metadata_partition=p)
-                    state.dirty |= dirty
-                    state.removed |= removed
-                    continue
-                if last >= 0:
-                    committed[p] = last
-                else:
-                    committed.pop(p, None)
-            if committed == self._committed:
-                return
+        """Write snapshots of changed user partitions, then the committed
+        offsets (``rlmm_snapshot_sync``)."""
+        await self._snapshots.sync(self._partitions)
+
+    async def _on_interval(self) -> None:
+        await self.sync_snapshots()
+        await self._compact_all()
+
+    async def _compact_all(self) -> None:
+        # Every metadata partition led here, hosted user partitions or not
+        # (one that is not followed is folded here only for this).
+        for p in range(self.num_partitions):
+            if self._log.start_offset(p) is None:
+                continue
+            self._partition(p)
             try:
-                await trio.to_thread.run_sync(rlmm_snapshot.write_committed_offsets,
-                                              self._log_dir, committed)
-            except OSError:
-                log.exception("writing remote log metadata committed offsets failed")
-                return
-            self._committed = committed
+                await self.compact(p)
+            except Exception:  # retried next interval; nothing was lost (see compact)
+                log.exception("compacting remote log metadata failed", metadata_partition=p)
+
+    async def compact(self, p: int) -> bool:
+        """Compact metadata partition ``p`` if led here and worth it (``rlmm_compaction``)."""
+        state = self._partitions.get(p)
+        return state is not None and await rlmm_compaction.compact(
+            self._log, p, state, self._min_superseded, self._catch_up)
 
     # -- lookups -------------------------------------------------------------
 

@@ -9,10 +9,10 @@ maps a user partition to the metadata partition that orders its events.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 from kafka.partitioner.default import murmur2
 
@@ -49,7 +49,7 @@ def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
     return (murmur2(h.to_bytes(4, "big")) & 0x7FFFFFFF) % num_partitions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class PollLimits:
     """A long-poll's bounds: the consumer's fetch.max.wait.ms, fetch.min.bytes,
     fetch.max.bytes and max.partition.fetch.bytes."""
@@ -58,6 +58,47 @@ class PollLimits:
     min_bytes: int
     max_bytes: int
     partition_max_bytes: int
+
+
+# Key of the records of a restatement (``rlmm_compaction``):
+# ``tierd.rlmm.restatement:<first offset>:<record count>``; every other
+# record has no key, as Kafka writes them.
+_KEY_PREFIX = b"tierd.rlmm.restatement:"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Restatement:
+    """What a restatement record's key says about the restatement it belongs to."""
+
+    first_offset: int
+    count: int
+
+    @property
+    def end(self) -> int:
+        """The offset after its last record."""
+        return self.first_offset + self.count
+
+
+def restatement_key(first_offset: int, count: int) -> bytes:
+    return _KEY_PREFIX + f"{first_offset}:{count}".encode()
+
+
+def parse_restatement_key(key: bytes | None) -> Restatement | None:
+    """The restatement a record key names, None for any other key (or none)."""
+    if key is None or not key.startswith(_KEY_PREFIX):
+        return None
+    first, sep, count = key[len(_KEY_PREFIX):].partition(b":")
+    if not sep or not first.isdigit() or not count.isdigit() or int(count) == 0:
+        return None
+    return Restatement(int(first), int(count))
+
+
+class TopicRecord(NamedTuple):
+    """One record of a metadata partition as the manager reads it."""
+
+    offset: int
+    key: bytes | None
+    value: bytes
 
 
 class MetadataLog(Protocol):
@@ -87,8 +128,8 @@ class MetadataLog(Protocol):
         ...
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
-        """Committed records from ``from_offset`` on, as (offset, value), in order.
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        """Committed records from ``from_offset`` on, in order (null values left out).
 
         At least one record if any exists at or after ``from_offset`` (even
         one larger than ``max_bytes``); an offset below the log start reads
@@ -106,8 +147,9 @@ class MetadataLog(Protocol):
         ...
 
     async def poll(self, positions: Mapping[int, int], limits: PollLimits
-                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
-        """Long-poll one group: committed records from each partition's position.
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
+        """Long-poll one group: committed records from each partition's position
+        (as ``read``: below the log start, from the log start).
 
         Returns as soon as the records found hold ``limits.min_bytes`` (at
         least one record when it is 0 or 1), or after ``limits.max_wait_ms``
@@ -117,5 +159,34 @@ class MetadataLog(Protocol):
         Raises:
             Exception: the group cannot be read now (leader moved or down):
                 the caller backs off and groups again.
+        """
+        ...
+
+    def start_offset(self, partition: int) -> int | None:
+        """The log start offset of ``partition`` if this broker leads it, else None."""
+        ...
+
+    def append_at_end(self, partition: int, build: Callable[
+            [int], Sequence[tuple[bytes | None, bytes]] | None]) -> int | None:
+        """Append what ``build(end)`` returns, in one step, as ``partition``'s leader.
+
+        Only when this broker leads ``partition`` and every record of it is
+        committed (end = the high watermark = the log end): ``build`` is
+        called with that end offset, synchronously, and its (key, value)
+        records go in right after it, nothing in between. Not awaitable on
+        purpose: nothing else can append between ``build`` and the append.
+
+        Returns:
+            The offset of the first record appended; None if not the leader,
+            something is not committed yet, or ``build`` returned None.
+        """
+        ...
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        """Once every record below ``offset`` and our appends are committed
+        (durable), move ``partition``'s log start to ``offset`` (DeleteRecords).
+
+        Raises:
+            Exception: not the leader, or not committed in time (retriable).
         """
         ...

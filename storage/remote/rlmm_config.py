@@ -3,6 +3,10 @@
 Owns which of Kafka's TopicBasedRemoteLogMetadataManagerConfig keys tierd
 applies, their defaults and bounds, and the refusal of every other key.
 
+Two keys are tierd's own: ``remote.log.metadata.snapshot.interval.ms`` (how
+often snapshots are written and compaction is considered) and
+``remote.log.metadata.compaction.min.superseded.records`` (``rlmm_compaction``).
+
 Kafka's manager runs a producer and a consumer of its own, configured by the
 ``remote.log.metadata.common.client.`` / ``.producer.`` / ``.consumer.``
 prefixes. tierd's manager sends Produce and Fetch requests over the
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from config.defs import INT_MAX, ConfigDef, ConfigError
 from config.defs import ConfigType as T
 from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
+from storage.remote.rlmm_compaction import DEFAULT_MIN_SUPERSEDED
 
 PREFIX = "rlmm.config."
 REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
@@ -30,6 +35,8 @@ RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
 CONSUME_WAIT_CONFIG = "remote.log.metadata.consume.wait.ms"
 INIT_RETRY_INTERVAL_CONFIG = "remote.log.metadata.initialization.retry.interval.ms"
 INIT_RETRY_MAX_TIMEOUT_CONFIG = "remote.log.metadata.initialization.retry.max.timeout.ms"
+SNAPSHOT_INTERVAL_CONFIG = "remote.log.metadata.snapshot.interval.ms"
+MIN_SUPERSEDED_CONFIG = "remote.log.metadata.compaction.min.superseded.records"
 COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
 PRODUCER_PREFIX = "remote.log.metadata.producer."
 CONSUMER_PREFIX = "remote.log.metadata.consumer."
@@ -46,6 +53,8 @@ DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_FETCH_MIN_BYTES = 1
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 DEFAULT_MAX_PARTITION_FETCH_BYTES = 1024 * 1024
+# Snapshots every 30 s: Kafka's ConsumerTask synced its committed offsets this often.
+DEFAULT_SNAPSHOT_INTERVAL_MS = 30_000
 
 
 def _retention(value: int) -> str | None:
@@ -72,6 +81,14 @@ _TOPIC_DEFS = (
     ConfigDef(PREFIX + INIT_RETRY_MAX_TIMEOUT_CONFIG, T.LONG, DEFAULT_INIT_RETRY_MAX_TIMEOUT_MS,
               "How long the metadata manager keeps trying to start; then the broker stops.",
               at_least=0),
+    ConfigDef(PREFIX + SNAPSHOT_INTERVAL_CONFIG, T.LONG, DEFAULT_SNAPSHOT_INTERVAL_MS,
+              "How often the metadata manager writes its snapshot files and committed offsets, "
+              "then compacts the metadata partitions this broker leads that are worth it.",
+              at_least=1),
+    ConfigDef(PREFIX + MIN_SUPERSEDED_CONFIG, T.LONG, DEFAULT_MIN_SUPERSEDED,
+              "A metadata partition is compacted (its live state restated at its end, every "
+              "record before dropped) once at least this many of its records are superseded and "
+              "they outnumber the restatement; -1 never compacts.", at_least=-1),
 )
 
 # The client keys that mean something here, and what they do.
@@ -123,6 +140,8 @@ class RlmmSettings:
     consume_wait_ms: int = DEFAULT_CONSUME_WAIT_MS
     init_retry_interval_ms: int = DEFAULT_INIT_RETRY_INTERVAL_MS
     init_retry_max_timeout_ms: int = DEFAULT_INIT_RETRY_MAX_TIMEOUT_MS
+    snapshot_interval_ms: int = DEFAULT_SNAPSHOT_INTERVAL_MS
+    compaction_min_superseded_records: int = DEFAULT_MIN_SUPERSEDED
     fetch_max_wait_ms: int = DEFAULT_FETCH_MAX_WAIT_MS
     fetch_min_bytes: int = DEFAULT_FETCH_MIN_BYTES
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
@@ -166,6 +185,9 @@ def parse_settings(settings: Mapping[str, str]) -> RlmmSettings:
                                           DEFAULT_INIT_RETRY_INTERVAL_MS),
         init_retry_max_timeout_ms=values.get(INIT_RETRY_MAX_TIMEOUT_CONFIG,
                                              DEFAULT_INIT_RETRY_MAX_TIMEOUT_MS),
+        snapshot_interval_ms=values.get(SNAPSHOT_INTERVAL_CONFIG, DEFAULT_SNAPSHOT_INTERVAL_MS),
+        compaction_min_superseded_records=values.get(MIN_SUPERSEDED_CONFIG,
+                                                     DEFAULT_MIN_SUPERSEDED),
         fetch_max_wait_ms=consumer("fetch.max.wait.ms"),
         fetch_min_bytes=consumer("fetch.min.bytes"),
         fetch_max_bytes=consumer("fetch.max.bytes"),

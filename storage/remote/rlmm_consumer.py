@@ -19,8 +19,11 @@ its connection, see ``replication.peer``) and starts the next round.
 
 Folding is the manager's (``fold_polled``): it takes the partition's lock
 and skips what a writer already folded, so a poll racing a write folds
-nothing twice. Snapshots are written every ``snapshot_interval_s`` by a task
-beside the rounds.
+nothing twice; a poll that finds records missing (its position was below the
+log start after a compaction: the answer starts at the log start) makes the
+partition rebuild from the next complete restatement, as a catch-up read
+does (``rlmm_partition``). The manager's interval work (snapshots, then
+compaction) runs every ``snapshot_interval_s`` in a task beside the rounds.
 
 Concurrency: everything on the trio thread. Error handling: a failing poll
 is logged, the group waits a retry interval and asks for a new round (the
@@ -36,7 +39,7 @@ from typing import Protocol
 import structlog
 import trio
 
-from storage.remote.rlmm_api import MetadataLog, PollLimits
+from storage.remote.rlmm_api import MetadataLog, PollLimits, TopicRecord
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +59,7 @@ class Folder(Protocol):
         ...
 
     async def fold_polled(self, partition: int, position: int,
-                          found: Sequence[tuple[int, bytes]]) -> None:
+                          found: Sequence[TopicRecord]) -> None:
         """Fold ``found``, read from ``position`` of ``partition``."""
         ...
 
@@ -70,13 +73,13 @@ class MetadataConsumer:
 
     def __init__(self, metadata_log: MetadataLog, folder: Folder, limits: PollLimits,
                  retry_s: float, snapshot_interval_s: float,
-                 sync_snapshots: Callable[[], Awaitable[None]]) -> None:
+                 on_interval: Callable[[], Awaitable[None]]) -> None:
         self._log = metadata_log
         self._folder = folder
         self._limits = limits
         self._retry_s = retry_s
         self._snapshot_interval_s = snapshot_interval_s
-        self._sync_snapshots = sync_snapshots
+        self._on_interval = on_interval
         self._wakeup = trio.Event()
         # Long-polls sent (a test and the idle-cost measurement read it).
         self.polls = 0
@@ -88,7 +91,7 @@ class MetadataConsumer:
     async def run(self) -> None:
         """Rounds until the manager closes."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._sync_periodically)
+            nursery.start_soon(self._every_interval)
             while not self._folder.closed:
                 self._wakeup = trio.Event()
                 caught_up = await self._folder.catch_up_pending()
@@ -101,10 +104,10 @@ class MetadataConsumer:
                     pollers.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
 
-    async def _sync_periodically(self) -> None:
+    async def _every_interval(self) -> None:
         while True:
             await trio.sleep(self._snapshot_interval_s)
-            await self._sync_snapshots()
+            await self._on_interval()
 
     async def _poll(self, group: list[int]) -> None:
         while True:

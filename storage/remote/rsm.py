@@ -8,7 +8,7 @@ KIP's: the metadata is strongly consistent, so the RSM may sit on an
 eventually consistent store and never needs to list it.
 
 Implementations plug in by config (``remote.log.storage.manager.class.name``):
-the built-ins ``filesystem`` and ``s3``, or a dotted path ``pkg.mod.Class``
+the built-ins ``filesystem``, ``s3``, ``gcs`` and ``azure``, or a dotted path ``pkg.mod.Class``
 to any class whose constructor takes the ``rsm.config.*`` settings (prefix
 stripped, values as strings) and which has the methods below.
 """
@@ -46,6 +46,8 @@ RSM_CONFIG_PREFIX = "rsm.config."
 BUILTIN_RSMS: dict[str, str] = {
     "filesystem": "storage.remote.filesystem.FileSystemRemoteStorageManager",
     "s3": "storage.remote.s3.S3RemoteStorageManager",
+    "gcs": "storage.remote.gcs.GcsRemoteStorageManager",
+    "azure": "storage.remote.azure.AzureRemoteStorageManager",
 }
 
 

@@ -57,6 +57,7 @@ from config.defs import ConfigDef, ConfigError, ConfigType
 from storage.remote.api import SegmentObjectName, StoredObject
 from storage.remote.naming import (
     ALL_SUFFIXES,
+    CODEC_MANIFEST_SUFFIX,
     INDEX_SUFFIXES,
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -345,6 +346,10 @@ class S3RemoteStorageManager:
             RemoteResourceNotFoundError: a segment copied without one.
         """
         return self._get_whole(self.object_key(metadata, INDEXES_SUFFIX))
+
+    def fetch_codec_manifest(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """The segment's codec manifest object (layout 3, ``codec_storage``)."""
+        return self._get_whole(self.object_key(metadata, CODEC_MANIFEST_SUFFIX))
 
     def _get_whole(self, key: str) -> bytes:
         with _translated("GetObject", key):

@@ -131,14 +131,19 @@ class LogSegmentData:
             segment's next offset, None if there is none.
         leader_epoch_index: leader-epoch-checkpoint text truncated to the
             segment's end offset, as bytes.
+        codec_manifest: not KIP-405's: the codec manifest object of a
+            transformed copy (``storage.remote.segment_codec``), stored beside
+            the other objects; None for a plain copy. The indexes are then
+            the transformed bytes.
     """
 
     log_segment: StrPath
-    offset_index: StrPath
-    time_index: StrPath
-    transaction_index: StrPath | None
-    producer_snapshot_index: StrPath | None
+    offset_index: StrPath | bytes
+    time_index: StrPath | bytes
+    transaction_index: StrPath | bytes | None
+    producer_snapshot_index: StrPath | bytes | None
     leader_epoch_index: bytes
+    codec_manifest: bytes | None = None
 
 
 class RemoteStorageError(Exception):

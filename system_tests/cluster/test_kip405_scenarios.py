@@ -127,7 +127,10 @@ def start_cluster(cluster: Cluster, tier: FsTier) -> None:
     config = {**TIERED_BROKER_OVERRIDES, "rsm.config.dir": str(tier.root),
               "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
               "log.flush.offset.checkpoint.interval.ms": CHECKPOINT_INTERVAL_MS,
-              "auto.leader.rebalance.enable": "false"}
+              "auto.leader.rebalance.enable": "false",
+              # KIP-405's scenarios: a follower restarts at the leader's earliest
+              # local offset, not at its last tiered offset + 1 (KIP-1023).
+              "follower.fetch.last.tiered.offset.enable": "false"}
     for node in (C, A, B):
         cluster.brokers[node].config.update(config)
         cluster.brokers[node].start()

@@ -121,8 +121,8 @@ def test_not_leader_answers_name_the_current_leader(cluster: Cluster, topic: str
     assert part.error_code == ErrorCode.FENCED_LEADER_EPOCH
     assert hint(resp, part) == (new_leader, new_epoch, endpoint(cluster, new_leader))
     for version in (FETCH_VERSION, LATEST_FETCH_VERSION):
-        resp = wait_for("the follower fencing the old epoch", lambda: (
-            r := fetch_from(cluster, other, topic_id, version, leader_epoch=epoch))
+        resp = wait_for("the follower fencing the old epoch", lambda v=version: (
+            r := fetch_from(cluster, other, topic_id, v, leader_epoch=epoch))
             .responses[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH and r)
         [part] = resp.responses[0].partitions
         assert hint(resp, part) == (new_leader, new_epoch, endpoint(cluster, new_leader))

@@ -75,13 +75,15 @@ def start_with_tiered_topic(cluster: Cluster, tier: RemoteTier, topic: str,
     return values
 
 
-def read_from(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
+def read_from(bootstrap: str, topic: str, count: int,
+              start: int = 0) -> list[tuple[int, bytes]]:
+    """``count`` records of partition 0 from offset ``start`` on, as (offset, value)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              fetch_max_wait_ms=200, request_timeout_ms=20_000)
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
-        consumer.seek(tp, 0)
+        consumer.seek(tp, start)
         out: list[tuple[int, bytes]] = []
 
         def more() -> bool:

@@ -52,6 +52,8 @@
 //       list-groups                        (id, type, state, protocol of every group)
 //       describe-consumer-groups --group G...
 //       delete-groups --group G...
+//       group-offsets --group G             (committed offset of each partition)
+//       member-protocols --group G          (each member's protocol, from MemberDescription.upgraded)
 //   batch
 //       Reads one command per stdin line (arguments separated by TABs), runs
 //       them in this one JVM, prints a JSON array of {"exit": code, "result": {...}}.
@@ -501,6 +503,11 @@ public final class KafkaTool {
                     case "broker-configs-describe", "broker-configs-alter" -> BrokerConfigOps.run(admin, args);
                     case "list-groups", "describe-consumer-groups", "delete-groups" ->
                         GroupOps.run(admin, args);
+                    case "group-offsets" -> MigrationOps.groupOffsets(admin, args.required("group"));
+                    case "member-protocols" -> MigrationOps.memberProtocols(admin, args.required("group"));
+                    case "describe-features", "update-features" -> FeatureOps.run(admin, args);
+                    case "group-configs-describe", "group-configs-alter", "describe-member-types" ->
+                        GroupConfigOps.run(admin, args);
                     default -> throw new IllegalArgumentException("unknown admin op " + args.positional().get(0));
                 };
                 return new Outcome(EXIT_OK, body);
@@ -905,6 +912,118 @@ public final class KafkaTool {
         }
     }
 
+    /** The cluster's finalized features (KIP-584), as kafka-features describes and changes them. */
+    static final class FeatureOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            return switch (args.positional().get(0)) {
+                case "describe-features" -> describe(admin);
+                case "update-features" -> update(admin, args);
+                default -> throw new IllegalArgumentException("unknown feature op " + args.positional().get(0));
+            };
+        }
+
+        /** Finalized levels, supported ranges and the finalized-features epoch. */
+        static Map<String, Object> describe(Admin admin) throws Exception {
+            var metadata = admin.describeFeatures().featureMetadata().get();
+            Map<String, Object> finalized = new TreeMap<>();
+            metadata.finalizedFeatures().forEach((name, range) -> finalized.put(name, (int) range.maxVersionLevel()));
+            Map<String, Object> supported = new TreeMap<>();
+            metadata.supportedFeatures().forEach((name, range) ->
+                    supported.put(name, List.of((int) range.minVersion(), (int) range.maxVersion())));
+            Map<String, Object> body = new LinkedHashMap<>();
+            body.put("finalized", finalized);
+            body.put("supported", supported);
+            body.put("epoch", metadata.finalizedFeaturesEpoch().orElse(null));
+            return body;
+        }
+
+        /** --feature name=level (repeatable), --upgrade-type upgrade|safe|unsafe, --validate-only;
+         *  each feature's outcome: NONE or the exception's class and message. */
+        static Map<String, Object> update(Admin admin, Args args) throws Exception {
+            var type = switch (args.get("upgrade-type", "upgrade")) {
+                case "upgrade" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UPGRADE;
+                case "safe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.SAFE_DOWNGRADE;
+                case "unsafe" -> org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UNSAFE_DOWNGRADE;
+                default -> throw new IllegalArgumentException("unknown upgrade type " + args.get("upgrade-type", ""));
+            };
+            Map<String, org.apache.kafka.clients.admin.FeatureUpdate> updates = new LinkedHashMap<>();
+            for (String kv : args.all("feature")) {
+                String[] parts = kv.split("=", 2);
+                updates.put(parts[0], new org.apache.kafka.clients.admin.FeatureUpdate(Short.parseShort(parts[1]), type));
+            }
+            var options = new org.apache.kafka.clients.admin.UpdateFeaturesOptions().validateOnly(args.flag("validate-only"));
+            Map<String, Object> results = new TreeMap<>();
+            for (var e : admin.updateFeatures(updates, options).values().entrySet()) {
+                try {
+                    e.getValue().get();
+                    results.put(e.getKey(), "NONE");
+                } catch (ExecutionException ex) {
+                    results.put(e.getKey(), ex.getCause().getClass().getSimpleName() + ": " + ex.getCause().getMessage());
+                }
+            }
+            return Map.of("results", results);
+        }
+    }
+
+    /** Per-group configs (ConfigResource.Type.GROUP) and KIP-1099 member types of consumer groups. */
+    static final class GroupConfigOps {
+        static Map<String, Object> run(Admin admin, Args args) throws Exception {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, args.required("group"));
+            return switch (args.positional().get(0)) {
+                case "group-configs-describe" -> describe(admin, resource);
+                case "group-configs-alter" -> alter(admin, resource, args);
+                case "describe-member-types" -> memberTypes(admin, args.required("group"));
+                default -> throw new IllegalArgumentException("unknown group config op " + args.positional().get(0));
+            };
+        }
+
+        /** Each entry's value, source and synonyms, or the error's class and message. */
+        static Map<String, Object> describe(Admin admin, ConfigResource resource) throws Exception {
+            Config config;
+            try {
+                config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            } catch (ExecutionException e) {
+                return Map.of("error", e.getCause().getClass().getSimpleName());
+            }
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : config.entries()) {
+                Map<String, Object> m = new LinkedHashMap<>();
+                m.put("value", e.value());
+                m.put("source", e.source().toString());
+                m.put("default", e.isDefault());
+                entries.put(e.name(), m);
+            }
+            return Map.of("configs", entries);
+        }
+
+        /** incrementalAlterConfigs with --set k=v, --delete k, --validate-only; "NONE" or the error. */
+        static Map<String, Object> alter(Admin admin, ConfigResource resource, Args args) throws Exception {
+            List<AlterConfigOp> ops = new ArrayList<>();
+            for (String kv : args.all("set")) {
+                String[] parts = kv.split("=", 2);
+                ops.add(new AlterConfigOp(new ConfigEntry(parts[0], parts[1]), AlterConfigOp.OpType.SET));
+            }
+            for (String k : args.all("delete")) {
+                ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+            }
+            var options = new org.apache.kafka.clients.admin.AlterConfigsOptions().validateOnly(args.flag("validate-only"));
+            try {
+                admin.incrementalAlterConfigs(Map.of(resource, ops), options).all().get();
+                return Map.of("result", "NONE");
+            } catch (ExecutionException e) {
+                return Map.of("result", e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage());
+            }
+        }
+
+        /** Each member's MemberDescription.upgraded() (ConsumerGroupDescribe v1's MemberType). */
+        static Map<String, Object> memberTypes(Admin admin, String group) throws Exception {
+            var described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            Map<String, Object> members = new TreeMap<>();
+            for (var m : described.members()) members.put(m.consumerId(), m.upgraded().map(Object::toString).orElse("unknown"));
+            return Map.of("type", described.type().toString(), "members", members);
+        }
+    }
+
     static Map<String, Object> byPartition(Map<TopicPartition, Long> offsets) {
         Map<String, Object> m = new TreeMap<>();
         offsets.forEach((tp, o) -> m.put(String.valueOf(tp.partition()), o));
@@ -1094,6 +1213,30 @@ public final class KafkaTool {
                 }
             }
             sb.append('"');
+        }
+    }
+
+    /** Admin calls of the KIP-848 online migration tests. */
+    static final class MigrationOps {
+        /** The group's committed offsets, as {"offsets": {"topic:partition": offset}}. */
+        static Map<String, Object> groupOffsets(Admin admin, String group) throws Exception {
+            Map<String, Object> offsets = new TreeMap<>();
+            var committed = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            for (var e : committed.entrySet()) {
+                if (e.getValue() != null) offsets.put(e.getKey().toString(), e.getValue().offset());
+            }
+            return Map.of("offsets", offsets);
+        }
+
+        /** {"members": [protocol...]} sorted: "consumer" (upgraded), "classic", or "unknown". */
+        static Map<String, Object> memberProtocols(Admin admin, String group) throws Exception {
+            List<String> protocols = new ArrayList<>();
+            var described = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            for (var m : described.members()) {
+                protocols.add(m.upgraded().map(u -> u ? "consumer" : "classic").orElse("unknown"));
+            }
+            Collections.sort(protocols);
+            return Map.of("members", protocols);
         }
     }
 }

@@ -40,8 +40,11 @@ def test_read_only_keys_are_refused_with_kafkas_message(key: str) -> None:
 
 
 def test_kafka_dynamic_keys_tierd_cannot_apply_live_are_refused() -> None:
-    with pytest.raises(DynamicConfigRefused, match="running broker.*num.replica.fetchers"):
-        check_change({"num.replica.fetchers": "2"}, True, LISTENERS)
+    with pytest.raises(DynamicConfigRefused, match="running broker.*remote.log.reader.threads"):
+        check_change({"remote.log.reader.threads": "2"}, True, LISTENERS)
+    # Taken live since (broker/dynamic_apply.py): the controller and the fetchers.
+    check_change({"num.replica.fetchers": "2", "unclean.leader.election.enable": "true"},
+                 False, LISTENERS)
     with pytest.raises(DynamicConfigRefused, match="listener.name.ssl.ssl.keystore.password"):
         check_change({"listener.name.ssl.ssl.keystore.password": "x"}, True, LISTENERS)
 

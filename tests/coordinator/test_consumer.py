@@ -208,7 +208,10 @@ async def test_new_partitions_and_deleted_topics_change_the_target(coordinator):
         TOPICS["a"] = TopicMetadata(A, "a", 4)
 
 
-async def test_classic_and_consumer_groups_exclude_each_other(coordinator, autojump_clock):
+async def test_groups_without_a_readable_consumer_protocol_do_not_mix(coordinator,
+                                                                       autojump_clock):
+    """Online migration (test_migration.py) needs the ConsumerProtocol: an
+    unreadable subscription or another protocol type keeps the groups apart."""
     import trio
     hb(coordinator, "m1", 0, group="cg")
     join = await coordinator.join_group(JoinRequest(
@@ -220,6 +223,11 @@ async def test_classic_and_consumer_groups_exclude_each_other(coordinator, autoj
             False, False))
         await trio.sleep(0.1)
         assert hb(coordinator, "m1", 0, group="classic").error is E.GROUP_ID_NOT_FOUND
+        n.start_soon(coordinator.join_group, JoinRequest(
+            "connect", "", None, "c", "h", 10000, 10000, "connect", [("v1", b"")],
+            False, False))
+        await trio.sleep(0.1)
+        assert hb(coordinator, "m1", 0, group="connect").error is E.GROUP_ID_NOT_FOUND
         n.cancel_scope.cancel()
 
 

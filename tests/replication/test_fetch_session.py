@@ -189,7 +189,7 @@ async def test_a_follower_naming_no_partition_stays_caught_up(replicas, autojump
 
 
 def test_the_follower_names_only_what_changed_and_starts_over_when_refused():
-    from replication.fetcher import LeaderSession
+    from replication.leader_session import LeaderSession
 
     session = LeaderSession()
     every = {TPS[0]: (5, 1, 1, 0), TPS[1]: (9, 1, 1, 0)}

@@ -1,5 +1,6 @@
 """ApiVersions v3+ features (KIP-584): transaction.version supported 0..2 and
-finalized at the level of tierd.transaction.version; through the wire format."""
+seeded at the level of tierd.transaction.version, group.version supported 0..1
+and seeded at 1; through the wire format. (Changing them: test_features.py.)"""
 
 from __future__ import annotations
 
@@ -34,12 +35,14 @@ async def test_v4_lists_transaction_version_finalized_at_2_by_default(tmp_path):
     assert (supported.min_version, supported.max_version) == (0, 2)
     finalized = named(resp.finalized_features)["transaction.version"]
     assert (finalized.min_version_level, finalized.max_version_level) == (2, 2)
-    assert resp.finalized_features_epoch == features.FINALIZED_FEATURES_EPOCH >= 0
+    assert named(resp.supported_features)["group.version"].max_version == 1
+    assert named(resp.finalized_features)["group.version"].max_version_level == 1
+    assert resp.finalized_features_epoch == 0
 
 
 async def test_level_0_finalizes_nothing(tmp_path):
     resp = await ask(tmp_path, 4, tierd_transaction_version="0")
-    assert named(resp.finalized_features) == {}
+    assert set(named(resp.finalized_features)) == {"group.version"}
     assert "transaction.version" in named(resp.supported_features)
 
 
@@ -56,6 +59,8 @@ async def test_old_versions_have_no_features(tmp_path, version):
     assert resp.error_code == 0 and resp.api_keys
 
 
-def test_levels():
-    assert features.finalized(1) == [features.Feature("transaction.version", 1, 1)]
-    assert features.finalized(7) == [features.Feature("transaction.version", 2, 2)]
+def test_seed_levels():
+    assert features.seed_levels(1) == {"transaction.version": 1, "group.version": 1}
+    assert features.seed_levels(0) == {"group.version": 1}
+    assert features.finalized(features.Finalized({"transaction.version": 2}, 3)) == [
+        features.Feature("transaction.version", 2, 2)]

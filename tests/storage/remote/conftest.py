@@ -1,5 +1,6 @@
-"""Fixtures for the RSM tests: a real moto server over HTTP, local segments,
-and one ``backend`` fixture parametrised over every built-in RSM."""
+"""Fixtures for the RSM tests: a real moto server, GCS emulator and Azurite
+over HTTP, local segments, and one ``backend`` fixture parametrised over every
+built-in RSM."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from pathlib import Path
 import pytest
 
 from storage.remote.api import RemoteStorageManager
+from storage.remote.azure import AzureRemoteStorageManager
 from storage.remote.filesystem import FileSystemRemoteStorageManager
+from storage.remote.gcs import GcsRemoteStorageManager
 from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.types import RemoteLogSegmentMetadata
+from system_tests.emulators import (  # noqa: F401 - fixtures used by name
+    AzuriteBlob,
+    GcsEmulator,
+    azure_container,
+    azurite,
+    gcs_bucket,
+    gcs_emulator,
+)
 from system_tests.s3_fixtures import (  # noqa: F401 - fixtures used by name
     REGION,
     MotoServer,
@@ -83,11 +94,50 @@ def s3_backend(server: MotoServer, bucket: str, endpoint_url: str | None = None,
     return Backend("s3", rsm, stored, overwrite, settings)
 
 
-@pytest.fixture(params=["filesystem", "s3"])
+def gcs_backend(server: GcsEmulator, bucket: str, **extra: str) -> Backend:
+    settings = server.rsm_settings(bucket, **{"gcs.retry.max.attempts": TEST_RETRY_ATTEMPTS,
+                                              **extra})
+    rsm = GcsRemoteStorageManager(settings)
+    client_bucket = server.client().bucket(bucket)
+
+    def stored(md: RemoteLogSegmentMetadata) -> list[str]:
+        stem = rsm.object_key(md, "log")[: -len("log")]
+        return sorted(blob.name for blob in client_bucket.list_blobs(prefix=stem))
+
+    def overwrite(md: RemoteLogSegmentMetadata, suffix: str, data: bytes) -> None:
+        client_bucket.blob(rsm.object_key(md, suffix)).upload_from_string(data)
+
+    return Backend("gcs", rsm, stored, overwrite, settings)
+
+
+def azure_backend(server: AzuriteBlob, container: str, **extra: str) -> Backend:
+    settings = server.rsm_settings(container, **{"azure.retry.max.attempts": TEST_RETRY_ATTEMPTS,
+                                                 **extra})
+    rsm = AzureRemoteStorageManager(settings)
+    client = server.client().get_container_client(container)
+
+    def stored(md: RemoteLogSegmentMetadata) -> list[str]:
+        stem = rsm.object_key(md, "log")[: -len("log")]
+        return sorted(blob.name for blob in client.list_blobs(name_starts_with=stem))
+
+    def overwrite(md: RemoteLogSegmentMetadata, suffix: str, data: bytes) -> None:
+        client.upload_blob(rsm.object_key(md, suffix), data, overwrite=True)
+
+    return Backend("azure", rsm, stored, overwrite, settings)
+
+
+@pytest.fixture(params=["filesystem", "s3", "gcs", "azure"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Each built-in RSM in turn; S3 talks to moto over HTTP."""
+    """Each built-in RSM in turn; S3 talks to moto, GCS to gcp-storage-emulator
+    and Azure to Azurite, each over HTTP."""
     if request.param == "filesystem":
         made = filesystem_backend(tmp_path / "remote")
+    elif request.param == "gcs":
+        made = gcs_backend(request.getfixturevalue("gcs_emulator"),
+                           request.getfixturevalue("gcs_bucket"))
+    elif request.param == "azure":
+        made = azure_backend(request.getfixturevalue("azurite"),
+                             request.getfixturevalue("azure_container"))
     else:
         request.getfixturevalue("aws_test_env")
         server = request.getfixturevalue("moto_server")

@@ -79,12 +79,12 @@ def test_a_dead_worker_fails_its_copy_as_retriable_and_the_next_copy_works(
         copier.copy_log_segment_data(first.metadata, first.data)
 
 
-def test_by_default_s3_copies_run_in_one_worker_and_directory_copies_in_threads(
+def test_by_default_object_store_copies_run_in_one_worker_and_directory_copies_in_threads(
         backend: Backend) -> None:
     from broker.tiering import copy_processes
 
-    # -1 (the default): one worker for S3, whose copies are boto3's Python
-    # code; none for the directory store, whose copies are file copies.
-    assert copy_processes(-1, backend.rsm) == (1 if backend.name == "s3" else 0)
+    # -1 (the default): one worker for S3, GCS and Azure, whose copies are
+    # their SDKs' Python code; none for the directory store (file copies).
+    assert copy_processes(-1, backend.rsm) == (0 if backend.name == "filesystem" else 1)
     assert copy_processes(0, backend.rsm) == 0
     assert copy_processes(3, backend.rsm) == 3

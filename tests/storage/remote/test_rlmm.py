@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ from storage.remote.rlmm import (
     TopicBasedRemoteLogMetadataManager,
     metadata_partition,
 )
-from storage.remote.rlmm_api import PollLimits
+from storage.remote.rlmm_api import PollLimits, TopicRecord
 from storage.remote.rlmm_config import RlmmSettings
 from storage.remote.rlmm_serde import serialize
 from storage.remote.types import (
@@ -54,10 +54,18 @@ NUM_PARTITIONS = 5
 
 class InMemoryMetadataLog:
     """MetadataLog over Python lists, counting the records it hands out and
-    the polls it answers (one group: one broker leads every partition)."""
+    the polls it answers (one group: one broker leads every partition).
+
+    ``partitions[p]`` holds every value ever appended (offset = index);
+    ``starts[p]`` is the log start (records below it are gone); ``keys``
+    the non-null keys; ``leader`` whether "this broker" leads every partition.
+    """
 
     def __init__(self) -> None:
         self.partitions: list[list[bytes]] = []
+        self.starts: list[int] = []
+        self.keys: dict[tuple[int, int], bytes] = {}
+        self.leader = True
         self.records_read = 0
         self.polls: list[tuple[float, float]] = []  # (asked, answered) on trio's clock
         self._appended = trio.Event()
@@ -66,6 +74,7 @@ class InMemoryMetadataLog:
         await trio.lowlevel.checkpoint()
         if not self.partitions:
             self.partitions = [[] for _ in range(num_partitions)]
+            self.starts = [0] * num_partitions
         return len(self.partitions)
 
     async def append(self, partition: int, record: bytes) -> int:
@@ -76,15 +85,15 @@ class InMemoryMetadataLog:
         return len(self.partitions[partition]) - 1
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+                   max_bytes: int) -> Sequence[TopicRecord]:
         await trio.lowlevel.checkpoint()
         records = self.partitions[partition]
-        out: list[tuple[int, bytes]] = []
+        out: list[TopicRecord] = []
         size = 0
-        for offset in range(max(from_offset, 0), len(records)):
+        for offset in range(max(from_offset, self.starts[partition]), len(records)):
             if out and size + len(records[offset]) > max_bytes:
                 break
-            out.append((offset, records[offset]))
+            out.append(TopicRecord(offset, self.keys.get((partition, offset)), records[offset]))
             size += len(records[offset])
         self.records_read += len(out)
         return out
@@ -96,15 +105,41 @@ class InMemoryMetadataLog:
         group = sorted(partitions)
         return [group] if group else []
 
+    def _from(self, partition: int, offset: int) -> list[TopicRecord]:
+        records = self.partitions[partition]
+        return [TopicRecord(o, self.keys.get((partition, o)), records[o])
+                for o in range(max(offset, self.starts[partition]), len(records))]
+
     async def poll(self, positions: Mapping[int, int], limits: PollLimits
-                   ) -> Mapping[int, Sequence[tuple[int, bytes]]]:
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
         asked = trio.current_time()
         with trio.move_on_after(limits.max_wait_ms / 1000):
-            while not any(len(self.partitions[p]) > at for p, at in positions.items()):
+            while not any(self._from(p, at) for p, at in positions.items()):
                 await self._appended.wait()
         self.polls.append((asked, trio.current_time()))
-        return {p: [(o, self.partitions[p][o]) for o in range(at, len(self.partitions[p]))]
-                for p, at in positions.items()}
+        return {p: self._from(p, at) for p, at in positions.items()}
+
+    def start_offset(self, partition: int) -> int | None:
+        return self.starts[partition] if self.leader else None
+
+    def append_at_end(self, partition: int, build: Callable[
+            [int], Sequence[tuple[bytes | None, bytes]] | None]) -> int | None:
+        records = self.partitions[partition]
+        pairs = build(len(records)) if self.leader else None
+        if not pairs:
+            return None
+        first = len(records)
+        for key, value in pairs:
+            if key is not None:
+                self.keys[partition, len(records)] = key
+            records.append(value)
+        self._appended.set()
+        self._appended = trio.Event()
+        return first
+
+    async def delete_before(self, partition: int, offset: int) -> None:
+        await trio.lowlevel.checkpoint()
+        self.starts[partition] = max(self.starts[partition], offset)
 
 
 def _tip_in(p: int, name: str, partition: int = 0) -> TopicIdPartition:
@@ -380,7 +415,7 @@ class StuckMetadataLog(InMemoryMetadataLog):
     """Its reads never reach what it appends (a consumer that does not get the record)."""
 
     async def read(self, partition: int, from_offset: int,
-                   max_bytes: int) -> Sequence[tuple[int, bytes]]:
+                   max_bytes: int) -> Sequence[TopicRecord]:
         await trio.lowlevel.checkpoint()
         return []
 

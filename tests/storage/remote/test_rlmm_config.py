@@ -39,6 +39,16 @@ def test_applied_keys():
         consumer_request_timeout_ms=7000, producer_request_timeout_ms=2000)
 
 
+def test_compaction_keys_are_applied_not_refused():
+    got = parse_settings({
+        "remote.log.metadata.snapshot.interval.ms": "1000",
+        "remote.log.metadata.compaction.min.superseded.records": "-1",
+    })
+    assert got == RlmmSettings(snapshot_interval_ms=1000, compaction_min_superseded_records=-1)
+    assert RlmmSettings().snapshot_interval_ms == 30_000
+    assert RlmmSettings().compaction_min_superseded_records == 10_000
+
+
 @pytest.mark.parametrize("key", [
     "remote.log.metadata.common.client.security.protocol",
     "remote.log.metadata.common.client.bootstrap.servers",
@@ -67,6 +77,9 @@ def test_keys_not_applied_are_refused_by_name(key):
     ("remote.log.metadata.initialization.retry.interval.ms", "-5"),
     ("remote.log.metadata.consumer.fetch.max.wait.ms", "-1"),
     ("remote.log.metadata.consumer.max.partition.fetch.bytes", "0"),
+    ("remote.log.metadata.snapshot.interval.ms", "0"),
+    ("remote.log.metadata.compaction.min.superseded.records", "-2"),
+    ("remote.log.metadata.compaction.min.superseded.records", "often"),
 ])
 def test_bad_values_are_refused_by_name(key, value):
     with pytest.raises(ConfigError) as refused:

@@ -1,7 +1,8 @@
 """The RemoteStorageManager contract (KIP-405), run against every built-in RSM.
 
-The ``backend`` fixture is parametrised over the filesystem RSM and the S3
-RSM talking HTTP to a moto server process.
+The ``backend`` fixture is parametrised over the filesystem RSM, the S3 RSM
+talking HTTP to a moto server process, the GCS RSM talking to a
+gcp-storage-emulator process and the Azure RSM talking to Azurite.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``list_objects`` of the built-in RSMs (ListableRemoteStorage), the listing
-operator tools use; run against the filesystem RSM and S3 over HTTP to moto."""
+operator tools use; run against the filesystem RSM, S3 over HTTP to moto, GCS
+to its emulator and Azure to Azurite."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from storage.remote.api import ListableRemoteStorage, SegmentObjectName, StoredObject
+from storage.remote.azure import AzureRemoteStorageManager
 from storage.remote.filesystem import FileSystemRemoteStorageManager
+from storage.remote.gcs import GcsRemoteStorageManager
 from storage.remote.naming import ALL_SUFFIXES, uuid_str
 from storage.remote.rsm import parse_object_name
 from storage.remote.s3 import S3RemoteStorageManager
@@ -45,10 +48,16 @@ def _put_raw(backend: Backend, request: pytest.FixtureRequest, key: str, data: b
         path = Path(rsm.root) / key
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    else:
-        assert isinstance(rsm, S3RemoteStorageManager)
+    elif isinstance(rsm, S3RemoteStorageManager):
         client = request.getfixturevalue("moto_server").client()
         client.put_object(Bucket=rsm.bucket, Key=rsm.prefix + key, Body=data)
+    elif isinstance(rsm, GcsRemoteStorageManager):
+        bucket = request.getfixturevalue("gcs_emulator").client().bucket(rsm.bucket_name)
+        bucket.blob(rsm.prefix + key).upload_from_string(data)
+    else:
+        assert isinstance(rsm, AzureRemoteStorageManager)
+        service = request.getfixturevalue("azurite").client()
+        service.get_container_client(rsm.container_name).upload_blob(rsm.prefix + key, data)
 
 
 def test_empty_tier_lists_nothing(backend: Backend) -> None:
