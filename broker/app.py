@@ -38,7 +38,7 @@ from broker.security.limits import ConnectionLimits
 from broker.security.quotas import ClientQuotas, LocalQuotaStore, ZkQuotaStore
 from broker.security.scram import LocalCredentialStore, ZkCredentialStore
 from broker.server import serve
-from broker.tiering import build_tiering
+from broker.tiering import build_tiering, wire_cluster
 from broker.transactions import TransactionCoordinator
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.verifier import PartitionVerifier
@@ -116,6 +116,8 @@ async def run(config: BrokerConfig) -> None:
         loaded = await dynamic.load()
         tiering = build_tiering(config, ctx.admin, ctx.metadata, ctx.replicas,
                                 ctx.metrics.registry, cluster=True, connector=connector)
+        if tiering is not None:
+            wire_cluster(tiering, ctx.cluster)
     else:
         dynamic = DynamicBrokerConfigs(config, LocalDynamicConfigStore(config.log_dir), False)
         loaded = await dynamic.load()

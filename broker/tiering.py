@@ -29,6 +29,8 @@ import trio
 
 from config import BrokerConfig, ConfigError
 from config.remote import RLMM_PREFIX, RSM_PREFIX, plugin_configs
+from protocol.partition import TopicPartition
+from replication.cluster import ClusterNode
 from replication.internal_topics import REMOTE_LOG_METADATA_TOPIC, InternalTopic
 from replication.local_admin import LocalTopicAdmin
 from replication.metadata_cache import MetadataCache
@@ -37,26 +39,24 @@ from replication.remote_metadata_log import ClusterMetadataLog, ReplicaMetadataL
 from replication.replica_manager import ReplicaManager
 from replication.topic_admin import TopicAdmin
 from storage.log.manager import now_ms
-from storage.remote import chunk_cache, rlmm_compaction
+from storage.remote import chunk_cache
 from storage.remote.codec_storage import load_storage
 from storage.remote.copy_process import ProcessCopier
 from storage.remote.gauges import RemoteGaugeCollector
 from storage.remote.lookups import RemoteLookups
 from storage.remote.manager import RemoteLogManager, build_services
-from storage.remote.read_pool import RemoteReadPool
-from storage.remote.rlmm import (
-    DEFAULT_NUM_PARTITIONS,
-    NUM_PARTITIONS_CONFIG,
-    TopicBasedRemoteLogMetadataManager,
+from storage.remote.metadata_cache import (
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
 )
+from storage.remote.read_pool import RemoteReadPool
+from storage.remote.rlmm import TopicBasedRemoteLogMetadataManager
+from storage.remote.rlmm_config import RlmmSettings, parse_settings
+from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
 RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
-RLMM_RETENTION_CONFIG = "remote.log.metadata.topic.retention.ms"
-RLMM_REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
-# Kafka's default replication factor of __remote_log_metadata.
-DEFAULT_RLMM_REPLICATION_FACTOR = 3
 
 
 @dataclass(slots=True)
@@ -90,18 +90,6 @@ class Tiering:
                 closable.close()
 
 
-def _int_setting(settings: dict[str, str], key: str, default: int, *, minimum: int) -> int:
-    """An integer ``rlmm.config.*`` setting, at least ``minimum``."""
-    raw = settings.get(key, default)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(RLMM_PREFIX + key, raw, "must be an integer") from None
-    if value < minimum:
-        raise ConfigError(RLMM_PREFIX + key, value, f"must be at least {minimum}")
-    return value
-
-
 def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
                 replicas: ReplicaManager, cluster: bool, connector: Connector | None) -> Any:
     settings = plugin_configs(config.values, RLMM_PREFIX)
@@ -109,38 +97,36 @@ def _build_rlmm(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache
     if class_name in ("topic-based", "TopicBasedRemoteLogMetadataManager",
                       "org.apache.kafka.server.log.remote.metadata.storage."
                       "TopicBasedRemoteLogMetadataManager"):
-        try:
-            partitions = int(settings.get(NUM_PARTITIONS_CONFIG, DEFAULT_NUM_PARTITIONS))
-            retention = int(settings.get(RLMM_RETENTION_CONFIG, -1))
-            rf = int(settings.get(RLMM_REPLICATION_FACTOR_CONFIG,
-                                  DEFAULT_RLMM_REPLICATION_FACTOR))
-        except ValueError as exc:
-            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, settings, str(exc)) from None
-        if partitions <= 0:
-            raise ConfigError(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, partitions, "must be positive")
-        interval_ms = _int_setting(settings, rlmm_compaction.SNAPSHOT_INTERVAL_CONFIG,
-                                   rlmm_compaction.DEFAULT_SNAPSHOT_INTERVAL_MS, minimum=1)
-        min_superseded = _int_setting(settings, rlmm_compaction.MIN_SUPERSEDED_CONFIG,
-                                      rlmm_compaction.DEFAULT_MIN_SUPERSEDED, minimum=-1)
-        topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, partitions, rf,
-                              {"cleanup.policy": "delete", "retention.ms": str(retention)},
+        rlmm = parse_settings(settings)
+        topic = InternalTopic(REMOTE_LOG_METADATA_TOPIC, rlmm.num_partitions,
+                              rlmm.replication_factor,
+                              {"cleanup.policy": "delete", "retention.ms": str(rlmm.retention_ms)},
                               admin, metadata, replicas)
-        node_id = config["node.id"]
-        timeout_ms = config["request.timeout.ms"]
-        metadata_log = (ClusterMetadataLog(topic, node_id, metadata,
-                                           PeerPool(metadata, f"rlmm-{node_id}", timeout_ms,
-                                                    connector),
-                                           timeout_ms)
+        metadata_log = (_cluster_metadata_log(config, topic, metadata, connector, rlmm)
                         if cluster else ReplicaMetadataLog(topic))
-        return TopicBasedRemoteLogMetadataManager(
-            metadata_log, config.log_dir, num_partitions=partitions,
-            snapshot_interval_s=interval_ms / 1000, min_superseded=min_superseded)
+        return TopicBasedRemoteLogMetadataManager(metadata_log, config.log_dir, settings=rlmm)
     module_name, _, attr = class_name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(RLMM_CLASS_KEY, class_name, f"cannot load: {exc}") from None
     return cls(settings)
+
+
+def _cluster_metadata_log(config: BrokerConfig, topic: InternalTopic, metadata: MetadataCache,
+                          connector: Connector | None, rlmm: RlmmSettings) -> ClusterMetadataLog:
+    """The metadata topic over the cluster: Produce and catch-up reads on one
+    set of connections, the long-polls on another (the manager's producer and
+    consumer in Kafka)."""
+    node_id = config["node.id"]
+    broker_timeout_ms = config["request.timeout.ms"]
+    produce_timeout_ms = rlmm.producer_request_timeout_ms or broker_timeout_ms
+    poll_timeout_ms = rlmm.consumer_request_timeout_ms or broker_timeout_ms
+    return ClusterMetadataLog(
+        topic, node_id, metadata,
+        PeerPool(metadata, f"rlmm-{node_id}", produce_timeout_ms, connector), produce_timeout_ms,
+        PeerPool(metadata, f"rlmm-consumer-{node_id}", poll_timeout_ms, connector),
+        poll_timeout_ms)
 
 
 def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCache,
@@ -188,6 +174,35 @@ def build_tiering(config: BrokerConfig, admin: TopicAdmin, metadata: MetadataCac
              metadata_manager=config[RLMM_CLASS_KEY],
              remote_dir=rsm_settings.get("dir"), bucket=rsm_settings.get("bucket"))
     return Tiering(rlmm, manager, reads, gauges, replicas, admin)
+
+
+def wire_cluster(tiering: Tiering, node: ClusterNode) -> None:
+    """Cluster mode with the built-in metadata manager: it follows the metadata
+    partitions this broker leads whole; the controller marks deleted tiered
+    topics through it, and the remote log manager removes those marked in
+    the metadata partitions led here (``replication.controller_remote_deletes``)."""
+    rlmm = tiering.rlmm
+    if not isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+        return
+    node_id = node.node_id
+    metadata = node.metadata
+
+    def on_leadership(tp: TopicPartition, leader: bool) -> None:
+        if tp[0] == REMOTE_LOG_METADATA_TOPIC:
+            rlmm.on_metadata_partition_leadership(tp[1], leader)
+
+    async def mark(partitions: list[TopicIdPartition]) -> None:
+        for tip in partitions:
+            await rlmm.mark_partition_deleted(RemotePartitionDeleteMetadata(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, now_ms(), node_id))
+
+    def topic_deleted(tip: TopicIdPartition) -> bool:
+        # Not before the first UpdateMetadata (no topic is known yet).
+        return metadata.controller_id >= 0 and metadata.topic_by_id(tip.topic_id) is None
+
+    node.on_leadership.append(on_leadership)
+    node.controller.mark_remote_deletes = mark
+    tiering.manager.topic_deleted = topic_deleted
 
 
 def copy_processes(setting: int, rsm: Any) -> int:

@@ -52,7 +52,6 @@ from replication.zk_membership import ZkMembership
 from replication.zookeeper import ZkClient
 from storage.log.manager import LogManager, now_ms
 from storage.pace import Pacer
-from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -268,17 +267,10 @@ class ClusterNode:
             self.fetchers.unfollow(tp)
             p = self.replicas.get(tp)
             was_leader = p is not None and p.is_leader(self.node_id)
-            tiered = p is not None and p.log.config.remote_storage_enable
+            # Only the local copy: a deleted tiered topic's remote data is removed
+            # by the leader of its metadata partition, on the controller's
+            # DELETE_PARTITION_MARKED (replication.controller_remote_deletes).
             await self.replicas.stop_replica(tp, delete)
-            if (delete and tiered and p is not None and self.replicas.tiering.manager is not None
-                    and self.metadata.topic(tp[0]) is None):
-                # A deleted topic's remote data (the controller's UpdateMetadata
-                # dropped the topic first; a replica removed by a reassignment
-                # keeps the shared tier untouched): every replica asks (the
-                # metadata's partition-delete states make the work happen once); it
-                # survives restarts through DELETE_PARTITION_MARKED.
-                self.replicas.tiering.manager.delete_partition(
-                    TopicIdPartition(p.topic_id, tp[0], tp[1]))  # type: ignore[arg-type]
             if was_leader:
                 self._tell(tp, False)
             if delete:

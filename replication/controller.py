@@ -49,10 +49,12 @@ from config import BrokerConfig
 from protocol.errors import ErrorCode
 from protocol.partition import TopicPartition
 from replication import admin_elections, elections
+from replication import controller_remote_deletes as remote_deletes
 from replication.admin_elections import ElectionType, TopicResults
 from replication.controller_channel import ControllerChannel
 from replication.controller_context import ControllerContext
 from replication.controller_elections import Elector
+from replication.controller_remote_deletes import MarkDeleted
 from replication.controller_requests import IsrChange
 from replication.elections import LEADER_DURING_DELETE, LeaderAndIsr
 from replication.metrics import ControllerStats
@@ -81,6 +83,9 @@ class Controller:
         self.stats = ControllerStats()
         self.elector = Elector(self)
         self.reassigner = Reassigner(self)
+        # Set by the tiering wiring: marks a deleted tiered topic's partitions
+        # for remote deletion (``controller_remote_deletes``).
+        self.mark_remote_deletes: MarkDeleted | None = None
         # Set when unclean.leader.election.enable may have become true (a dynamic change).
         self._unclean_enabled = trio.Event()
         channel.resync = self._resync
@@ -143,7 +148,7 @@ class Controller:
         self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), None)
         for broker in self.ctx.brokers:
             self.channel.send_leader_and_isr(self.ctx, broker, self.ctx.replica_partitions(broker))
-        await self._process_deletions()
+        # Topics left in /admin/delete_topics: the deletions watch's first event.
 
     async def _load_topic(self, topic: str) -> list[TopicPartition]:
         """Read a topic's assignment, config and partition states; returns new partitions."""
@@ -261,28 +266,47 @@ class Controller:
 
     async def _watch_deletions(self) -> None:
         async for _ in self.zk.watch_topic_deletions():
-            async with self.lock:
-                await self._process_deletions()
+            while not await self._process_deletions():
+                await trio.sleep(remote_deletes.RETRY_S)
 
-    async def _process_deletions(self) -> None:
-        for topic in await self.zk.get_topics_to_delete():
-            tps = self.ctx.partitions_of(topic)
-            for tp in tps:
-                state = self.ctx.states.get(tp)
-                if state is not None:
-                    self.ctx.states[tp] = LeaderAndIsr(LEADER_DURING_DELETE, state.leader_epoch,
-                                                       state.isr, self.ctx.epoch, state.version)
-            self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), tps)
-            for broker in self.ctx.brokers:
-                mine = [tp for tp in tps if broker in self.ctx.assignments[tp]]
-                if mine:
-                    self.channel.send_stop_replica(self.ctx, broker, mine, delete=True)
-            await self.zk.delete_topic(topic)
-            for tp in tps:
-                self.ctx.assignments.pop(tp, None)
-                self.ctx.states.pop(tp, None)
-            self.ctx.topic_ids.pop(topic, None)
-            log.info("topic deleted", topic=topic, partitions=len(tps))
+    async def _process_deletions(self) -> bool:
+        """Delete the topics in /admin/delete_topics; whether none is left.
+
+        A tiered topic's partitions are marked for remote deletion first,
+        without the lock (the markers are written to other brokers); a topic
+        not marked yet stays for the next attempt.
+        """
+        ready = []
+        topics = await self.zk.get_topics_to_delete()
+        for topic in topics:
+            if await remote_deletes.mark_deleted_topic(
+                    self.mark_remote_deletes, topic, self.ctx.topic_ids.get(topic),
+                    len(self.ctx.partitions_of(topic)),
+                    await self.configs.get_topic_config(topic)):
+                ready.append(topic)
+        async with self.lock:
+            for topic in ready:
+                await self._delete_topic(topic)
+        return len(ready) == len(topics)
+
+    async def _delete_topic(self, topic: str) -> None:
+        tps = self.ctx.partitions_of(topic)
+        for tp in tps:
+            state = self.ctx.states.get(tp)
+            if state is not None:
+                self.ctx.states[tp] = LeaderAndIsr(LEADER_DURING_DELETE, state.leader_epoch,
+                                                   state.isr, self.ctx.epoch, state.version)
+        self.channel.send_update_metadata(self.ctx, sorted(self.ctx.brokers), tps)
+        for broker in self.ctx.brokers:
+            mine = [tp for tp in tps if broker in self.ctx.assignments[tp]]
+            if mine:
+                self.channel.send_stop_replica(self.ctx, broker, mine, delete=True)
+        await self.zk.delete_topic(topic)
+        for tp in tps:
+            self.ctx.assignments.pop(tp, None)
+            self.ctx.states.pop(tp, None)
+        self.ctx.topic_ids.pop(topic, None)
+        log.info("topic deleted", topic=topic, partitions=len(tps))
 
     # -- requests from brokers ------------------------------------------------------
 

@@ -29,9 +29,11 @@ stops with a warning at an unreadable spot rather than failing the load.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 
 import structlog
+import trio
 
 from config import BrokerConfig
 from protocol import records
@@ -170,6 +172,11 @@ class InternalTopic:
                 if rec.offset >= from_offset and rec.value is not None:
                     out.append((rec.offset, rec.key, rec.value))
         return out
+
+    def watch_committed(self, partitions: Iterable[int]) -> AbstractContextManager[trio.Event]:
+        """An event set when the high watermark of one of ``partitions`` moves on,
+        or one moves or goes (``ReplicaManager.watch_fetches``)."""
+        return self.replicas.watch_fetches([(self.name, p) for p in partitions], follower=False)
 
     def log_start_offset(self, partition: int) -> int:
         return self.replicas.partition((self.name, partition)).log.log_start_offset

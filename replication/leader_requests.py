@@ -13,6 +13,7 @@ retriable for the callers here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.consumer import (
@@ -92,6 +93,39 @@ async def fetch(peer: Peer, topic: str, partition: int, offset: int, max_bytes: 
                 _raise_for(p.error_code, f"fetch {topic}-{partition}")
                 return bytes(p.records or b""), int(p.high_watermark)
     raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition}")
+
+
+async def long_poll(peer: Peer, topic: str, positions: Mapping[int, int], max_wait_ms: int,
+                    min_bytes: int, max_bytes: int, partition_max_bytes: int,
+                    timeout_ms: int) -> dict[int, bytes]:
+    """One consumer Fetch of several partitions of ``topic`` from ``positions``,
+    parked on the leader up to ``max_wait_ms`` until ``min_bytes`` are there.
+
+    Returns:
+        partition -> record bytes (empty when nothing new).
+
+    Raises:
+        KafkaApiError: a request- or partition-level error (the first one).
+    """
+    req = FetchRequest[FETCH_VERSION]
+    topic_cls = req.FetchTopic
+    body = req(replica_id=CONSUMER_REPLICA_ID, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+               max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+               topics=[topic_cls(topic=topic, partitions=[topic_cls.FetchPartition(
+                   partition=p, current_leader_epoch=NO_EPOCH, fetch_offset=offset,
+                   last_fetched_epoch=NO_EPOCH, log_start_offset=-1,
+                   partition_max_bytes=partition_max_bytes)
+                   for p, offset in sorted(positions.items())])],
+               forgotten_topics_data=[], rack_id="")
+    resp = await peer.request(FetchRequest, FetchResponse, FETCH_VERSION, body,
+                              timeout_s=(max_wait_ms + timeout_ms) / 1000)
+    _raise_for(resp.error_code, f"fetch {topic}")
+    out: dict[int, bytes] = {}
+    for t in resp.responses:
+        for p in t.partitions:
+            _raise_for(p.error_code, f"fetch {topic}-{p.partition_index}")
+            out[int(p.partition_index)] = bytes(p.records or b"")
+    return out
 
 
 async def list_offset(peer: Peer, topic: str, partition: int, timestamp: int,

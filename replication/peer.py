@@ -89,6 +89,11 @@ class Peer:
                     trio.TooSlowError, FrameTooLarge, client.ProtocolError) as exc:
                 await self.close()
                 raise PeerError(f"{self}: {type(exc).__name__}: {exc}") from None
+            except trio.Cancelled:
+                # The answer may still come: the next request on this stream
+                # would read it as its own. Drop the connection.
+                await self.close()
+                raise
             if got != correlation_id:
                 await self.close()
                 raise PeerError(f"{self}: correlation id {got}, expected {correlation_id}")

@@ -12,9 +12,8 @@ Where the content comes from:
 
 * configuration: the ``ConfigDef`` lists (``config.broker.DEFS``, the topic
   keys of ``config.topic``, the storage managers' ``CONFIG_DEFS``), their doc
-  strings, defaults and validation bounds. The ``rlmm.config.*`` keys have no
-  ConfigDef (``broker.tiering`` reads them by name), so their rows are kept
-  here, named by the code's own constants. Which keys Apache Kafka also has
+  strings, defaults and validation bounds (the ``rlmm.config.*`` keys of the
+  built-in metadata manager: ``storage.remote.rlmm_config``). Which keys Apache Kafka also has
   is recorded below (``KAFKA_KEYS`` / ``TIERD_KEYS``); a key in neither set
   stops the generator, so a new key has to be classified.
 * metrics: the broker's metric objects are built (without a broker: the
@@ -39,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from config.defs import INT_MAX, LONG_MAX, ConfigDef  # noqa: E402
+from storage.remote import rlmm_config as _rlmm_config  # noqa: E402
 
 CONFIGURATION_MD = ROOT / "docs" / "configuration.md"
 METRICS_MD = ROOT / "docs" / "metrics.md"
@@ -114,16 +114,15 @@ min.cleanable.dirty.ratio min.compaction.lag.ms preallocate remote.log.copy.disa
 remote.log.delete.on.disable remote.storage.enable retention.bytes retention.ms
 segment.bytes segment.index.bytes segment.jitter.ms segment.ms
 rsm.config.dir
-rlmm.config.remote.log.metadata.topic.num.partitions
-rlmm.config.remote.log.metadata.topic.replication.factor
-rlmm.config.remote.log.metadata.topic.retention.ms
-""".split())
+""".split()) | frozenset(d.name for d in _rlmm_config.CONFIG_DEFS)
 
 # Keys only tierd has (besides every ``tierd.*`` key). Kafka keeps the cluster
 # id in meta.properties, not in server.properties; the S3, GCS and Azure
 # settings belong to tierd's own storage managers (the GCS and Azure names are
 # the Aiven plugin's, without its ``storage.`` level); the codec's follow the
-# names of Aiven's tiered-storage plugin.
+# names of Aiven's tiered-storage plugin. The two rlmm.config.* keys of
+# compaction are tierd's own (this set is consulted before KAFKA_KEYS, which
+# takes every key of storage.remote.rlmm_config).
 TIERD_KEYS = frozenset("""
 cluster.id
 rsm.config.bucket rsm.config.prefix rsm.config.region rsm.config.endpoint.url
@@ -149,23 +148,7 @@ rlmm.config.remote.log.metadata.compaction.min.superseded.records
 """.split())
 
 # One-line meanings of keys whose definition has no doc string.
-DESCRIPTIONS: dict[str, str] = {
-    "rlmm.config.remote.log.metadata.topic.num.partitions":
-        "Partitions of __remote_log_metadata; fixed once the topic exists (a different "
-        "value makes the metadata manager fail to start, naming both counts).",
-    "rlmm.config.remote.log.metadata.topic.replication.factor":
-        "Replication factor of __remote_log_metadata when a broker creates it.",
-    "rlmm.config.remote.log.metadata.topic.retention.ms":
-        "retention.ms of __remote_log_metadata when the broker creates it; -1 keeps every "
-        "record.",
-    "rlmm.config.remote.log.metadata.snapshot.interval.ms":
-        "How often the metadata manager writes its snapshot files and committed offsets, "
-        "then compacts the metadata partitions this broker leads that are worth it.",
-    "rlmm.config.remote.log.metadata.compaction.min.superseded.records":
-        "A metadata partition is compacted (its live state restated at its end, every "
-        "record before dropped) once at least this many of its records are superseded and "
-        "they outnumber the restatement; -1 never compacts.",
-}
+DESCRIPTIONS: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,19 +248,11 @@ def _table(rows: Iterable[Row]) -> str:
 
 def config_sections() -> list[tuple[str, str, list[Row]]]:
     """(title, introduction, rows) of every group of keys."""
-    from broker.tiering import (
-        DEFAULT_RLMM_REPLICATION_FACTOR,
-        RLMM_REPLICATION_FACTOR_CONFIG,
-        RLMM_RETENTION_CONFIG,
-    )
     from config.broker import DEFS as BROKER_DEFS
     from config.broker import BrokerConfig
-    from config.defs import ConfigType
     from config.remote import BROKER_DEFS as REMOTE_BROKER_DEFS
-    from config.remote import RLMM_PREFIX
     from config.topic import SYNONYMS, topic_def, topic_keys
-    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, rlmm_compaction, s3
-    from storage.remote.rlmm_api import DEFAULT_NUM_PARTITIONS, NUM_PARTITIONS_CONFIG
+    from storage.remote import azure, chunk_cache, codec_storage, filesystem, gcs, s3
 
     topic_by_synonym: dict[str, list[str]] = {}
     for topic_key, broker_key in SYNONYMS.items():
@@ -323,17 +298,7 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
     rsm_rows += [_row(d, "broker", note="(Compression/encryption, any manager.)")
                  for d in [*codec_storage.CONFIG_DEFS, *codec_storage.KEY_FILE_DEFS]]
 
-    rlmm_defs = [
-        ConfigDef(RLMM_PREFIX + NUM_PARTITIONS_CONFIG, ConfigType.INT, DEFAULT_NUM_PARTITIONS, ""),
-        ConfigDef(RLMM_PREFIX + RLMM_REPLICATION_FACTOR_CONFIG, ConfigType.SHORT,
-                  DEFAULT_RLMM_REPLICATION_FACTOR, ""),
-        ConfigDef(RLMM_PREFIX + RLMM_RETENTION_CONFIG, ConfigType.LONG, -1, ""),
-        ConfigDef(RLMM_PREFIX + rlmm_compaction.SNAPSHOT_INTERVAL_CONFIG, ConfigType.LONG,
-                  rlmm_compaction.DEFAULT_SNAPSHOT_INTERVAL_MS, ""),
-        ConfigDef(RLMM_PREFIX + rlmm_compaction.MIN_SUPERSEDED_CONFIG, ConfigType.LONG,
-                  rlmm_compaction.DEFAULT_MIN_SUPERSEDED, ""),
-    ]
-    rlmm_rows = [_row(d, "broker") for d in rlmm_defs]
+    rlmm_rows = [_row(d, "broker") for d in _rlmm_config.CONFIG_DEFS]
 
     return [
         ("Broker keys", "Set in server.properties, as `TIERD_<KEY>` environment variables "
@@ -356,8 +321,10 @@ def config_sections() -> list[tuple[str, str, list[Row]]]:
          rsm_rows),
         ("Remote log metadata manager keys (rlmm.config.*)", "Read by the built-in "
          "topic-based metadata manager (`remote.log.metadata.manager.class.name="
-         "topic-based`); a custom manager class receives every `rlmm.config.*` key, prefix "
-         "stripped.", rlmm_rows),
+         "topic-based`), which refuses to start on any other `rlmm.config.*` key (Kafka's "
+         "client keys it does not apply, among them security settings: its requests use "
+         "the inter-broker listener); a custom manager class receives every "
+         "`rlmm.config.*` key, prefix stripped.", rlmm_rows),
     ]
 
 

@@ -71,6 +71,9 @@ class RemoteLogManager:
         # Called once a deleted partition's remote data is gone (the broker
         # clears its restart-safe record of the pending cleanup).
         self.on_partition_removed: Callable[[TopicIdPartition], Awaitable[None]] | None = None
+        # In a cluster: whether a user partition's topic is deleted (its
+        # remote data is removed by the leader of its metadata partition).
+        self.topic_deleted: Callable[[TopicIdPartition], bool] | None = None
 
     # -- partitions ----------------------------------------------------------------
 
@@ -261,7 +264,18 @@ class RemoteLogManager:
     async def _run_removals(self) -> None:
         """Run the queued removals; stop following the metadata of partitions
         that are gone from the tier and not tiered here."""
-        for tip in await self.remover.run_once():
+        # The built-in manager's (a plugin manager has no metadata partitions).
+        owned_deletions = getattr(self.svc.rlmm, "owned_deletions", None)
+        if self.topic_deleted is not None and owned_deletions is not None:
+            adopted, dropped = self.remover.adopt(
+                [tip for tip in owned_deletions() if self.topic_deleted(tip)])
+            if adopted:
+                self.svc.rlmm.on_partition_leadership_changes(adopted, [])
+            self._forget(dropped)
+        self._forget(await self.remover.run_once())
+
+    def _forget(self, removed: list[TopicIdPartition]) -> None:
+        for tip in removed:
             tp = (tip.topic, tip.partition)
             if tp not in self.partitions and tp not in self.followers:
                 self.svc.rlmm.on_stop_partitions([tip])

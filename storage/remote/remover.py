@@ -20,9 +20,16 @@ partition (``is_pending``): the removal deletes every segment it lists, and a
 segment copied after a re-enable would be deleted with the old ones after
 local retention already dropped its local copy.
 
-Two kinds of job:
+Three kinds of job:
 
-- a deleted topic: always goes through the three states, then
+- a deleted topic in a cluster (``OWNED_DELETION``): the controller wrote
+  MARKED once for each partition of the topic; the broker leading the
+  metadata partition that holds the marker adopts the job (``adopt``, from
+  ``owned_deletions``) and writes STARTED and FINISHED. A job whose marker
+  is gone (FINISHED by a former leader) writes nothing; one whose
+  metadata partition this broker no longer leads is dropped (the new leader
+  adopts it). Replicas only drop their local copy;
+- a deleted topic on a single node: always goes through the three states, then
   ``on_topic_partition_removed`` lets the broker clear its own record of the
   owed cleanup;
 - tiering disabled: the same, but only if the partition has remote data or
@@ -60,6 +67,7 @@ class Removal(enum.Enum):
 
     TIERING_DISABLED = 1
     TOPIC_DELETED = 2
+    OWNED_DELETION = 3
 
 
 class PartitionRemover:
@@ -83,6 +91,24 @@ class PartitionRemover:
         current = self._jobs.get(tip)
         if current is None or why.value > current.value:
             self._jobs[tip] = why
+
+    def adopt(self, owned: list[TopicIdPartition]) -> tuple[list[TopicIdPartition],
+                                                          list[TopicIdPartition]]:
+        """Make the owned deletions (``owned``: marked, topic gone) this
+        broker's jobs, and drop the adopted jobs not owned any more.
+
+        Returns:
+            (adopted now, dropped).
+        """
+        wanted = set(owned)
+        dropped = [tip for tip, why in self._jobs.items()
+                   if why is Removal.OWNED_DELETION and tip not in wanted]
+        for tip in dropped:
+            del self._jobs[tip]
+        adopted = [tip for tip in owned if tip not in self._jobs]
+        for tip in adopted:
+            self._jobs[tip] = Removal.OWNED_DELETION
+        return adopted, dropped
 
     def is_pending(self, tip: TopicIdPartition) -> bool:
         """Whether a removal of ``tip`` is queued or recorded and not finished.
@@ -114,6 +140,8 @@ class PartitionRemover:
         rlmm = self.svc.rlmm
         await rlmm.ensure_ready(tip)
         state = rlmm.partition_delete_state(tip)
+        if why is Removal.OWNED_DELETION and state is None:
+            return  # finished by the metadata partition's former leader
         if (why is Removal.TIERING_DISABLED and state is None
                 and not rlmm.list_remote_log_segments(tip)):
             return

@@ -24,35 +24,43 @@ Reads are plain lookups in the caches. They raise ``MetadataNotReady``
 (retriable) while no user partition of that metadata partition is assigned
 here, or before the first catch-up with the topic since it was assigned.
 
-``run`` is the consumer task: it folds new records of the assigned
-metadata partitions every ``POLL_INTERVAL_S`` and, every
-``snapshot_interval_s``, writes a snapshot file per changed user partition
-and then ``_rlmm_committed_offsets`` (``rlmm_snapshot``), then compacts the
+``run`` starts the manager, then runs the consumer task
+(``rlmm_consumer``): it long-polls the assigned metadata partitions, folds
+what comes as soon as it is committed and, every ``snapshot_interval_s``,
+writes a snapshot file per changed user partition and then
+``_rlmm_committed_offsets`` (``rlmm_snapshot``), then compacts the
 metadata partitions it leads that are worth it (``rlmm_compaction``: a
 restatement of the live state, then the log start moves to it). A restart
 loads the snapshots and reads only the tail. A snapshot may be newer than
 the committed offset (a crash between the two writes): records of that user
 partition at or below the snapshot's own offset are skipped, so nothing is
 folded twice. A corrupt snapshot, or a committed offset beyond the end of
-the topic, makes that metadata partition be read again from the start;
-records missing below the log start (compacted away) make the reader forget
-its state and rebuild it from the next complete restatement.
+the topic, makes that metadata partition be read again from the start.
+Records missing below the log start (compacted away), whether a catch-up
+read or a long-poll finds them so, make the reader forget its state and
+rebuild it from the next complete restatement (``rlmm_partition``).
 
 Unassigning every user partition of a metadata partition pauses it (its
-caches stay, stale, until it is assigned again and caught up).
+caches stay, stale, until it is assigned again and caught up). A metadata
+partition this broker leads is followed whole (``owned``) in cluster mode:
+its leader removes the remote data of the deleted topics the controller
+marked there (``mark_partition_deleted``, ``owned_deletions``; see
+``storage.remote.remover``).
 
 Concurrency: everything runs on the trio thread; file writes go through
 ``trio.to_thread``. The metadata log adapter is called with no lock but the
 metadata partition's own.
 
-Why one module over ~450 lines: one manager folding one topic into caches,
-with its start-up, catch-up and snapshot logic sharing the same per-partition
-state.
+Why one module of ~450 lines: one manager folding one topic into caches,
+with its start-up, catch-up and interval logic sharing the same per-partition
+state (the folding itself is ``rlmm_partition``'s, the consumer task
+``rlmm_consumer``'s, compaction ``rlmm_compaction``'s, snapshot writing
+``rlmm_snapshot_sync``'s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import structlog
 import trio
@@ -72,10 +80,15 @@ from storage.remote.rlmm_api import (
     NUM_PARTITIONS_CONFIG,
     TOPIC_NAME,
     MetadataLog,
+    PollLimits,
+    TopicRecord,
     metadata_partition,
 )
+from storage.remote.rlmm_config import RlmmSettings
+from storage.remote.rlmm_consumer import MetadataConsumer
 from storage.remote.rlmm_partition import MetadataPartition
-from storage.remote.rlmm_serde import serialize, snapshot_bytes
+from storage.remote.rlmm_serde import serialize
+from storage.remote.rlmm_snapshot_sync import SnapshotSync
 from storage.remote.types import RemoteLogSegmentMetadata, TopicIdPartition
 
 __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "MetadataLog",
@@ -84,21 +97,11 @@ __all__ = ["DEFAULT_NUM_PARTITIONS", "NUM_PARTITIONS_CONFIG", "TOPIC_NAME", "Met
 
 log = structlog.get_logger(__name__)
 
-# How often the consumer task looks for new records: Kafka's ConsumerTask
-# polls with a 100 ms timeout.
-POLL_INTERVAL_S = 0.1
-# How often snapshots and committed offsets are written: Kafka's ConsumerTask
-# synced its committed offsets every 30 s.
-DEFAULT_SNAPSHOT_INTERVAL_S = 30.0
-# Bytes asked for per read of a metadata partition: the consumer default
-# max.partition.fetch.bytes.
-READ_MAX_BYTES = 1 << 20
-# While the topic cannot be created or read yet (a cluster still starting),
-# ``run`` retries its start this often and for this long: Kafka's
-# remote.log.metadata.initialization.retry.interval.ms (100) and
-# .retry.max.timeout.ms (120000) defaults.
-INIT_RETRY_INTERVAL_S = 0.1
-INIT_RETRY_MAX_TIMEOUT_S = 120.0
+# How long the consumer task waits after a failed catch-up or poll before it
+# tries again: the consumer default retry.backoff.ms.
+RETRY_BACKOFF_S = 0.1
+# Kafka's defaults for every rlmm.config.* key.
+_DEFAULT_SETTINGS = RlmmSettings()
 
 
 class TopicBasedRemoteLogMetadataManager:
@@ -107,34 +110,54 @@ class TopicBasedRemoteLogMetadataManager:
     Args:
         metadata_log: the internal topic (see MetadataLog).
         log_dir: where ``_rlmm_committed_offsets`` and the snapshots live.
-        num_partitions: remote.log.metadata.topic.num.partitions.
-        snapshot_interval_s: how often ``run`` writes snapshots and compacts.
-        min_superseded: compaction threshold (``rlmm_compaction``; < 0: never).
+        num_partitions: remote.log.metadata.topic.num.partitions (default: the settings').
+        snapshot_interval_s: how often ``run`` writes snapshots and compacts
+            (default: the settings').
+        min_superseded: compaction threshold (``rlmm_compaction``; < 0: never;
+            default: the settings').
+        settings: the rlmm.config.* settings (``rlmm_config``).
     """
 
     def __init__(self, metadata_log: MetadataLog, log_dir: str, *,
-                 num_partitions: int = DEFAULT_NUM_PARTITIONS,
-                 snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
-                 min_superseded: int = rlmm_compaction.DEFAULT_MIN_SUPERSEDED) -> None:
+                 num_partitions: int | None = None,
+                 snapshot_interval_s: float | None = None,
+                 min_superseded: int | None = None,
+                 settings: RlmmSettings = _DEFAULT_SETTINGS) -> None:
+        num_partitions = settings.num_partitions if num_partitions is None else num_partitions
         if num_partitions <= 0:
             raise ValueError(f"{NUM_PARTITIONS_CONFIG} must be positive, not {num_partitions}")
+        if snapshot_interval_s is None:
+            snapshot_interval_s = settings.snapshot_interval_ms / 1000
+        self._min_superseded = (settings.compaction_min_superseded_records
+                                if min_superseded is None else min_superseded)
         self._log = metadata_log
         self._log_dir = log_dir
         self.num_partitions = num_partitions
-        self._snapshot_interval_s = snapshot_interval_s
-        self._min_superseded = min_superseded
+        self._settings = settings
         self._partitions: dict[int, MetadataPartition] = {}
-        self._committed: dict[int, int] = {}
         self._started = False
         self._closed = False
-        self._wakeup = trio.Event()
-        self._sync_lock = trio.Lock()
+        self._snapshots = SnapshotSync(log_dir)
+        limits = PollLimits(settings.fetch_max_wait_ms, settings.fetch_min_bytes,
+                            settings.fetch_max_bytes, settings.max_partition_fetch_bytes)
+        self.consumer = MetadataConsumer(metadata_log, self, limits, RETRY_BACKOFF_S,
+                                         snapshot_interval_s, self._on_interval)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def partition_for(self, tip: TopicIdPartition) -> int:
         return metadata_partition(tip, self.num_partitions)
 
     def _new_partition(self, p: int, next_offset: int = 0) -> MetadataPartition:
         return MetadataPartition(p, self.num_partitions, next_offset=next_offset)
+
+    def _partition(self, p: int) -> MetadataPartition:
+        state = self._partitions.get(p)
+        if state is None:
+            state = self._partitions[p] = self._new_partition(p)
+        return state
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -151,34 +174,18 @@ class TopicBasedRemoteLogMetadataManager:
             raise RemoteLogMetadataError(
                 f"{TOPIC_NAME} has {actual} partitions but {NUM_PARTITIONS_CONFIG} is "
                 f"{self.num_partitions}; the user partition mapping would change")
-        committed = await trio.to_thread.run_sync(rlmm_snapshot.read_committed_offsets,
-                                                  self._log_dir)
-        loaded = await trio.to_thread.run_sync(rlmm_snapshot.load_snapshots, self._log_dir)
-        stale = set(loaded.corrupt)
-        for name in loaded.corrupt:
-            # The file name still tells the user partition, and so its metadata
-            # partition (the mapping needs only the topic id and partition).
-            named = rlmm_snapshot.parse_snapshot_file_name(name)
-            if named is not None:
-                p = self.partition_for(TopicIdPartition(named[0], "", named[1]))
-                if committed.pop(p, None) is not None:
-                    log.warning("corrupt remote log metadata snapshot; re-reading its partition",
-                                file=name, metadata_partition=p)
-        for name, snap in loaded.snapshots.items():
-            p = self.partition_for(snap.topic_id_partition)
-            if p not in committed:
-                stale.add(name)
-                continue
-            state = self._partitions.setdefault(p, self._new_partition(p, committed[p] + 1))
+        restored = await trio.to_thread.run_sync(rlmm_snapshot.restore, self._log_dir,
+                                                 self.partition_for)
+        committed = restored.committed
+        for p, offset in committed.items():
+            self._partitions.setdefault(p, self._new_partition(p, next_offset=offset + 1))
+        for snap in restored.snapshots:
+            state = self._partitions[self.partition_for(snap.topic_id_partition)]
             cache = RemoteLogMetadataCache(snap.topic_id_partition)
             cache.restore(snap.segments, snap.delete_metadata)
             state.caches[snap.topic_id_partition] = cache
             state.skip_through[snap.topic_id_partition] = snap.metadata_offset
-        for p, offset in committed.items():
-            self._partitions.setdefault(p, self._new_partition(p, offset + 1))
-        if stale:
-            await trio.to_thread.run_sync(rlmm_snapshot.remove_snapshots, self._log_dir, stale)
-        self._committed = committed
+        self._snapshots.committed = committed
         self._started = True
         log.info("remote log metadata manager started", partitions=self.num_partitions,
                  committed=sorted(committed))
@@ -186,28 +193,18 @@ class TopicBasedRemoteLogMetadataManager:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start, then fold new records and write snapshots until cancelled or closed.
 
-        Error handling: a failing start is retried every INIT_RETRY_INTERVAL_S
-        for INIT_RETRY_MAX_TIMEOUT_S, then raised; a partition-count mismatch
-        is raised at once (no retry can fix it). A failing read is logged and
-        retried on the next poll.
+        Error handling: a failing start is retried every
+        remote.log.metadata.initialization.retry.interval.ms for
+        ...retry.max.timeout.ms, then raised; a partition-count mismatch is
+        raised at once (no retry can fix it). A failing read is logged and
+        retried (``rlmm_consumer``).
         """
         await self._start_with_retries()
         task_status.started()
-        next_sync = trio.current_time() + self._snapshot_interval_s
-        while not self._closed:
-            for p, state in sorted(self._partitions.items()):
-                if state.assigned:
-                    await self._catch_up_logged(p, state)
-            if trio.current_time() >= next_sync:
-                await self.sync_snapshots()
-                await self._compact_all()
-                next_sync = trio.current_time() + self._snapshot_interval_s
-            with trio.move_on_after(POLL_INTERVAL_S):
-                await self._wakeup.wait()
-            self._wakeup = trio.Event()
+        await self.consumer.run()
 
     async def _start_with_retries(self) -> None:
-        deadline = trio.current_time() + INIT_RETRY_MAX_TIMEOUT_S
+        deadline = trio.current_time() + self._settings.init_retry_max_timeout_ms / 1000
         while True:
             try:
                 await self.start()
@@ -219,13 +216,13 @@ class TopicBasedRemoteLogMetadataManager:
                     raise
                 log.warning("remote log metadata manager cannot start yet; retrying",
                             error=repr(exc))
-            await trio.sleep(INIT_RETRY_INTERVAL_S)
+            await trio.sleep(self._settings.init_retry_interval_ms / 1000)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._wakeup.set()
+        self.consumer.wake()
         if self._started:
             await self.sync_snapshots()
 
@@ -233,10 +230,13 @@ class TopicBasedRemoteLogMetadataManager:
 
     def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
                                         followers: Iterable[TopicIdPartition]) -> None:
+        changed = False
         for tip in [*leaders, *followers]:
-            p = self.partition_for(tip)
-            self._partitions.setdefault(p, self._new_partition(p)).assigned.add(tip)
-        self._wakeup.set()
+            state = self._partition(self.partition_for(tip))
+            changed |= tip not in state.assigned or not state.ready
+            state.assigned.add(tip)
+        if changed:  # a new round would cancel parked polls: only when it matters
+            self.consumer.wake()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         for tip in partitions:
@@ -244,8 +244,42 @@ class TopicBasedRemoteLogMetadataManager:
             if state is None:
                 continue
             state.assigned.discard(tip)
-            if not state.assigned:
+            if not state.assigned and not state.owned:
                 state.ready = False
+
+    def on_metadata_partition_leadership(self, partition: int, leader: bool) -> None:
+        """This broker became (or stopped being) the leader of metadata ``partition``."""
+        state = self._partition(partition)
+        if state.owned == leader:
+            return
+        state.owned = leader
+        if not leader and not state.assigned:
+            state.ready = False
+        self.consumer.wake()
+
+    def owned_deletions(self) -> list[TopicIdPartition]:
+        """User partitions marked or started for deletion in the caught-up
+        metadata partitions this broker leads (not while one is rebuilt after
+        records went missing: its view is partial until then)."""
+        return [tip for state in self._partitions.values()
+                if state.owned and state.ready and state.trusted
+                for tip in state.unfinished_deletions()]
+
+    async def mark_partition_deleted(self, marked: RemotePartitionDeleteMetadata) -> None:
+        """The controller's DELETE_PARTITION_MARKED of a deleted topic's partition,
+        hosted here or not; nothing if a deletion is marked or started already.
+
+        Raises:
+            RemoteLogMetadataError, KafkaApiError, PeerError: not written (retriable).
+        """
+        tip = marked.topic_id_partition
+        p = self.partition_for(tip)
+        state = self._partition(p)
+        async with state.lock:
+            await self._catch_up(p, state)
+        cache = state.caches.get(tip)
+        if cache is None or cache.delete_metadata is None:
+            await self._publish(marked, anywhere=True)
 
     def is_ready(self, tip: TopicIdPartition) -> bool:
         state = self._partitions.get(self.partition_for(tip))
@@ -274,7 +308,7 @@ class TopicBasedRemoteLogMetadataManager:
             self, metadata: RemotePartitionDeleteMetadata) -> None:
         await self._publish(metadata)
 
-    async def _publish(self, event: RemoteLogMetadata) -> None:
+    async def _publish(self, event: RemoteLogMetadata, anywhere: bool = False) -> None:
         """Check, append and fold ``event``.
 
         Raises:
@@ -287,14 +321,19 @@ class TopicBasedRemoteLogMetadataManager:
         if self._closed or not self._started:
             raise RemoteLogMetadataError("remote log metadata manager is not running")
         tip = event.topic_id_partition
-        p, state = self._assigned_state(tip)
+        p, state = ((self.partition_for(tip), self._partitions[self.partition_for(tip)])
+                    if anywhere else self._assigned_state(tip))
         async with state.lock:
             await self._catch_up(p, state)
             state.caches.get(tip, RemoteLogMetadataCache(tip)).check(event)
             offset = await self._log.append(p, serialize(event))
-            error = await self._catch_up(p, state, through=offset)
+            error = None
+            with trio.move_on_after(self._settings.consume_wait_ms / 1000):
+                error = await self._catch_up(p, state, through=offset)
         if state.next_offset <= offset:
-            raise RemoteLogMetadataError(f"{tip}: appended at {p}:{offset} but could not read it")
+            raise RemoteLogMetadataError(
+                f"{tip}: appended at {p}:{offset} but could not read it back within "
+                f"remote.log.metadata.consume.wait.ms ({self._settings.consume_wait_ms})")
         if error is not None:
             raise RemoteLogMetadataError(f"{tip}: record {p}:{offset} refused: {error}") from error
 
@@ -307,12 +346,29 @@ class TopicBasedRemoteLogMetadataManager:
 
     # -- folding records -----------------------------------------------------
 
-    async def _catch_up_logged(self, p: int, state: MetadataPartition) -> None:
-        try:
-            async with state.lock:
-                await self._catch_up(p, state)
-        except Exception:  # the adapter failed: retried next poll; lookups keep the old view
-            log.exception("reading remote log metadata failed", metadata_partition=p)
+    def positions(self) -> dict[int, int]:
+        return {p: state.next_offset for p, state in self._partitions.items() if state.followed}
+
+    async def catch_up_pending(self) -> bool:
+        caught_up = True
+        for p, state in sorted(self._partitions.items()):
+            if state.followed and not state.ready:
+                try:
+                    async with state.lock:
+                        await self._catch_up(p, state)
+                except Exception:  # the adapter failed: retried; lookups keep the old view
+                    log.exception("reading remote log metadata failed", metadata_partition=p)
+                    caught_up = False
+        return caught_up
+
+    async def fold_polled(self, partition: int, position: int,
+                          found: Sequence[TopicRecord]) -> None:
+        state = self._partitions.get(partition)
+        if state is None:
+            return
+        async with state.lock:
+            if position <= state.next_offset:  # else: re-read from the start meanwhile
+                state.fold_all(found)
 
     async def _catch_up(self, p: int, state: MetadataPartition,
                         through: int | None = None) -> Exception | None:
@@ -329,75 +385,35 @@ class TopicBasedRemoteLogMetadataManager:
         target = end if through is None else through + 1
         refused: Exception | None = None
         while state.next_offset < target:
-            batch = await self._log.read(p, state.next_offset, READ_MAX_BYTES)
+            batch = await self._log.read(p, state.next_offset,
+                                         self._settings.max_partition_fetch_bytes)
             if not batch:
                 break
-            for record in batch:
-                if record.offset < state.next_offset:
-                    continue
-                if record.offset > state.next_offset:
-                    log.warning("remote log metadata missing (compacted); rebuilding",
-                                metadata_partition=p, expected=state.next_offset,
-                                found=record.offset)
-                    state.forget(trusted=False)
-                error = state.fold_record(record)
-                if record.offset == through:
-                    refused = error
-                state.next_offset = record.offset + 1
-        if through is None and state.assigned and not state.ready:
+            refused = state.fold_all(batch, through) or refused
+        if through is None and state.followed and not state.ready:
             state.ready = True
             log.info("remote log metadata caught up", metadata_partition=p,
                      next_offset=state.next_offset, user_partitions=len(state.caches))
         return refused
 
-    # -- snapshots -----------------------------------------------------------
+    # -- every snapshot interval: snapshots, then compaction -----------------
 
     async def sync_snapshots(self) -> None:
-        """Write snapshots of changed user partitions, then the committed offsets."""
-        async with self._sync_lock:
-            committed = dict(self._committed)
-            for p, state in sorted(self._partitions.items()):
-                last = state.next_offset - 1
-                if not state.dirty and not state.removed and committed.get(p, -1) == last:
-                    continue
-                async with state.lock:
-                    last = state.next_offset - 1
-                    blobs = {rlmm_snapshot.snapshot_file_name(t): snapshot_bytes(
-                        t, last, state.caches[t].segments_in_event_order(),
-                        state.caches[t].delete_metadata) for t in state.dirty}
-                    dirty, removed = set(state.dirty), set(state.removed)
-                    state.dirty.clear()
-                    state.removed.clear()
-                try:
-                    await trio.to_thread.run_sync(rlmm_snapshot.write_snapshots,
-                                                  self._log_dir, blobs, removed)
-                except OSError:
-                    log.exception("writing remote log metadata snapshots failed",
-                                  metadata_partition=p)
-                    state.dirty |= dirty
-                    state.removed |= removed
-                    continue
-                if last >= 0:
-                    committed[p] = last
-                else:
-                    committed.pop(p, None)
-            if committed == self._committed:
-                return
-            try:
-                await trio.to_thread.run_sync(rlmm_snapshot.write_committed_offsets,
-                                              self._log_dir, committed)
-            except OSError:
-                log.exception("writing remote log metadata committed offsets failed")
-                return
-            self._committed = committed
+        """Write snapshots of changed user partitions, then the committed
+        offsets (``rlmm_snapshot_sync``)."""
+        await self._snapshots.sync(self._partitions)
+
+    async def _on_interval(self) -> None:
+        await self.sync_snapshots()
+        await self._compact_all()
 
     async def _compact_all(self) -> None:
         # Every metadata partition led here, hosted user partitions or not
-        # (one that is not assigned is folded here only for this).
+        # (one that is not followed is folded here only for this).
         for p in range(self.num_partitions):
             if self._log.start_offset(p) is None:
                 continue
-            self._partitions.setdefault(p, self._new_partition(p))
+            self._partition(p)
             try:
                 await self.compact(p)
             except Exception:  # retried next interval; nothing was lost (see compact)

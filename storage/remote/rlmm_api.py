@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from kafka.partitioner.default import murmur2
@@ -49,10 +49,22 @@ def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
     return (murmur2(h.to_bytes(4, "big")) & 0x7FFFFFFF) % num_partitions
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PollLimits:
+    """A long-poll's bounds: the consumer's fetch.max.wait.ms, fetch.min.bytes,
+    fetch.max.bytes and max.partition.fetch.bytes."""
+
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partition_max_bytes: int
+
+
 # Key of the records of a restatement (``rlmm_compaction``):
 # ``tierd.rlmm.restatement:<first offset>:<record count>``; every other
 # record has no key, as Kafka writes them.
 _KEY_PREFIX = b"tierd.rlmm.restatement:"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Restatement:
@@ -127,6 +139,27 @@ class MetadataLog(Protocol):
 
     def end_offset(self, partition: int) -> int:
         """The offset after the last committed record (the high watermark)."""
+        ...
+
+    def poll_groups(self, partitions: Iterable[int]) -> list[list[int]]:
+        """``partitions`` split into the groups one ``poll`` serves together (in
+        a cluster: one per leader), each sorted, the groups sorted."""
+        ...
+
+    async def poll(self, positions: Mapping[int, int], limits: PollLimits
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
+        """Long-poll one group: committed records from each partition's position
+        (as ``read``: below the log start, from the log start).
+
+        Returns as soon as the records found hold ``limits.min_bytes`` (at
+        least one record when it is 0 or 1), or after ``limits.max_wait_ms``
+        with what there is (maybe nothing). Partitions without records may be
+        left out of the answer.
+
+        Raises:
+            Exception: the group cannot be read now (leader moved or down):
+                the caller backs off and groups again.
+        """
         ...
 
     def start_offset(self, partition: int) -> int | None:

@@ -61,11 +61,8 @@ from storage.remote.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 log = structlog.get_logger(__name__)
 
-# rlmm.config.* keys: how often snapshots are written and compaction is
-# considered, and how many superseded records make compaction worth it.
-SNAPSHOT_INTERVAL_CONFIG = "remote.log.metadata.snapshot.interval.ms"
-DEFAULT_SNAPSHOT_INTERVAL_MS = 30_000
-MIN_SUPERSEDED_CONFIG = "remote.log.metadata.compaction.min.superseded.records"
+# The default of rlmm.config.remote.log.metadata.compaction.min.superseded.records
+# (``rlmm_config``; compaction is considered every snapshot interval).
 # A metadata partition is compacted once at least this many of its records
 # are superseded and they are at least as many as the restatement would be
 # (so the log is at least twice its live size and each compaction at least

@@ -1,16 +1,28 @@
 """One partition of ``__remote_log_metadata`` as the metadata manager folds it.
 
 ``MetadataPartition`` owns the caches of the user partitions whose events go
-to that metadata partition, the reader's position, and the rules for
-folding one record: skip what a snapshot already holds, skip a restatement
-that says what the reader already holds, forget everything and rebuild from
-a complete restatement when records went missing (``rlmm_compaction``).
+to that metadata partition, the reader's position, the snapshot bookkeeping,
+and the rules for folding records, whichever way they were read (a catch-up
+read or a long-poll, ``rlmm_consumer``):
 
-Concurrency: no awaits; the manager calls it under ``lock``.
+* in offset order and never twice: a record below ``next_offset`` is
+  skipped, and so is a record of a user partition restored from a snapshot
+  at or below the snapshot's own offset (``skip_through``);
+* a record that cannot be decoded, belongs to another metadata partition or
+  is an illegal transition is logged and dropped (the fold returns why, for
+  a writer checking its own record);
+* DELETE_PARTITION_FINISHED forgets its user partition (cache and snapshot);
+* a restatement that says what the reader already holds is skipped; records
+  found missing (the first record read is above ``next_offset``: compacted
+  away below the log start) make the reader forget everything and rebuild
+  from the first complete restatement (``rlmm_compaction``).
+
+Concurrency: no awaits; the manager calls it on the trio thread, holding ``lock``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -28,6 +40,9 @@ from storage.remote.rlmm_serde import MetadataRecordError, deserialize
 from storage.remote.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
+
+_UNFINISHED = (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+               RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
 
 
 @dataclass(slots=True)
@@ -49,6 +64,7 @@ class MetadataPartition:
     dirty: set[TopicIdPartition] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)
     assigned: set[TopicIdPartition] = field(default_factory=set)
+    owned: bool = False  # this broker leads it: followed whole
     ready: bool = False
     # False from records found missing (below the log start) until a complete
     # restatement is folded: the state is then not a fold of a log prefix.
@@ -56,8 +72,41 @@ class MetadataPartition:
     restating: Restatement | None = None
     lock: trio.Lock = field(default_factory=trio.Lock)
 
+    @property
+    def followed(self) -> bool:
+        """Whether the consumer task reads it (a user partition assigned, or led here)."""
+        return bool(self.assigned) or self.owned
+
+    def unfinished_deletions(self) -> list[TopicIdPartition]:
+        """User partitions whose deletion is marked or started, not finished."""
+        return [tip for tip, cache in self.caches.items()
+                if cache.delete_metadata and cache.delete_metadata.state in _UNFINISHED]
+
+    def fold_all(self, batch: Sequence[TopicRecord],
+                 through: int | None = None) -> Exception | None:
+        """Fold the records of ``batch`` not folded yet, in order; why the record
+        at ``through`` was refused, or None.
+
+        A record above ``next_offset`` means the ones between are gone
+        (compacted): everything held is forgotten, to be rebuilt from the
+        next complete restatement.
+        """
+        refused = None
+        for record in batch:
+            if record.offset < self.next_offset:
+                continue
+            if record.offset > self.next_offset:
+                log.warning("remote log metadata missing (compacted); rebuilding",
+                            metadata_partition=self.index, expected=self.next_offset,
+                            found=record.offset)
+                self.forget(trusted=False)
+            error = self.fold_record(record)
+            refused = error if record.offset == through else refused
+            self.next_offset = record.offset + 1
+        return refused
+
     def reset(self) -> None:
-        """Read again from offset 0."""
+        """Forget everything: the partition is read again from its start."""
         self.forget(trusted=True)
         self.next_offset = 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -160,3 +161,41 @@ def load_snapshots(log_dir: str) -> LoadedSnapshots:
 
 def remove_snapshots(log_dir: str, names: set[str]) -> None:
     write_snapshots(log_dir, {}, names)
+
+
+@dataclass(slots=True)
+class Restored:
+    """What a manager starts from: the committed offset of each metadata
+    partition and the snapshots of its user partitions (valid ones only)."""
+
+    committed: dict[int, int]
+    snapshots: list[PartitionSnapshot]
+
+
+def restore(log_dir: str, partition_for: Callable[[TopicIdPartition], int]) -> Restored:
+    """Read the committed offsets and snapshots, and remove the snapshots not to use.
+
+    A corrupt snapshot drops its metadata partition's committed offset (the
+    partition is read again from the start; its file name still tells the
+    user partition, and so the metadata partition); a snapshot of a metadata
+    partition without a committed offset is stale.
+    """
+    committed = read_committed_offsets(log_dir)
+    loaded = load_snapshots(log_dir)
+    stale = set(loaded.corrupt)
+    for name in loaded.corrupt:
+        named = parse_snapshot_file_name(name)
+        if named is not None:
+            p = partition_for(TopicIdPartition(named[0], "", named[1]))
+            if committed.pop(p, None) is not None:
+                log.warning("corrupt remote log metadata snapshot; re-reading its partition",
+                            file=name, metadata_partition=p)
+    usable = []
+    for name, snap in loaded.snapshots.items():
+        if partition_for(snap.topic_id_partition) in committed:
+            usable.append(snap)
+        else:
+            stale.add(name)
+    if stale:
+        remove_snapshots(log_dir, stale)
+    return Restored(committed, usable)

@@ -64,7 +64,8 @@ class Setup:
                             self.clock)
         self.remote_root = tmp_path / "remote"
         self.rsm = FileSystemRemoteStorageManager({"dir": str(self.remote_root)})
-        self.rlmm = TopicBasedRemoteLogMetadataManager(InMemoryMetadataLog(), str(tmp_path),
+        self.rlmm_log = InMemoryMetadataLog()
+        self.rlmm = TopicBasedRemoteLogMetadataManager(self.rlmm_log, str(tmp_path),
                                                        num_partitions=3)
         self.svc = build_services(self.broker, str(tmp_path), self.rsm, self.rlmm,
                                   CollectorRegistry(), self.clock)
@@ -268,3 +269,40 @@ def test_lineage_rejects_orphans_of_an_unclean_election():
     assert not in_lineage(_md({0: 90}, 90, 120), cache, 300)
     # Epoch 2 copied beyond where epoch 5 began.
     assert not in_lineage(_md({2: 150}, 150, 250), cache, 300)
+
+
+async def test_the_metadata_partition_owner_removes_a_deleted_topic_once(tmp_path):
+    from storage.remote.metadata_cache import (
+        RemotePartitionDeleteMetadata,
+        RemotePartitionDeleteState,
+    )
+    from storage.remote.rlmm_serde import deserialize
+
+    P = RemotePartitionDeleteState
+    s = Setup(tmp_path)
+    s.produce(20)
+    await s.start()
+    await s.cycle()
+    assert s.rlmm.list_remote_log_segments(s.tip)
+    # The topic is deleted: its replica stops, the controller marks the partition.
+    s.rlm.stop_partition(("t", 0))
+    s.rlmm.on_stop_partitions([s.tip])
+    await s.rlmm.mark_partition_deleted(
+        RemotePartitionDeleteMetadata(s.tip, P.DELETE_PARTITION_MARKED, 1, 9))
+    deleted: set[TopicIdPartition] = set()
+    s.rlm.topic_deleted = lambda tip: tip in deleted
+    s.rlmm.on_metadata_partition_leadership(s.rlmm.partition_for(s.tip), True)
+    assert await s.rlmm.catch_up_pending()
+    await s.rlm._run_removals()  # the topic is not gone from the metadata yet: nothing
+    assert s.rlmm.partition_delete_state(s.tip) == P.DELETE_PARTITION_MARKED
+    deleted.add(s.tip)
+    await s.rlm._run_removals()
+    assert s.rlmm.partition_delete_state(s.tip) is None  # FINISHED
+    assert not any(f.is_file() for f in s.remote_root.rglob("*"))
+    topic = s.rlmm_log.partitions[s.rlmm.partition_for(s.tip)]
+    assert [e.state for e in map(deserialize, topic)
+            if isinstance(e, RemotePartitionDeleteMetadata)] == [
+        P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_FINISHED]
+    written = len(topic)
+    await s.rlm._run_removals()  # finished: nothing adopted, nothing written
+    assert len(topic) == written

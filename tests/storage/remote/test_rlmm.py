@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,6 @@ from storage.remote.metadata_cache import (
     UnknownSegmentError,
 )
 from storage.remote.rlmm import (
-    POLL_INTERVAL_S,
     MetadataLog,
     MetadataNotReady,
     RemoteLogMetadataError,
@@ -38,7 +37,8 @@ from storage.remote.rlmm import (
     TopicBasedRemoteLogMetadataManager,
     metadata_partition,
 )
-from storage.remote.rlmm_api import TopicRecord
+from storage.remote.rlmm_api import PollLimits, TopicRecord
+from storage.remote.rlmm_config import RlmmSettings
 from storage.remote.rlmm_serde import serialize
 from storage.remote.types import (
     RemoteLogSegmentId,
@@ -53,7 +53,8 @@ NUM_PARTITIONS = 5
 
 
 class InMemoryMetadataLog:
-    """MetadataLog over Python lists, counting the records it hands out.
+    """MetadataLog over Python lists, counting the records it hands out and
+    the polls it answers (one group: one broker leads every partition).
 
     ``partitions[p]`` holds every value ever appended (offset = index);
     ``starts[p]`` is the log start (records below it are gone); ``keys``
@@ -66,6 +67,8 @@ class InMemoryMetadataLog:
         self.keys: dict[tuple[int, int], bytes] = {}
         self.leader = True
         self.records_read = 0
+        self.polls: list[tuple[float, float]] = []  # (asked, answered) on trio's clock
+        self._appended = trio.Event()
 
     async def ensure_topic(self, num_partitions: int) -> int:
         await trio.lowlevel.checkpoint()
@@ -77,6 +80,8 @@ class InMemoryMetadataLog:
     async def append(self, partition: int, record: bytes) -> int:
         await trio.lowlevel.checkpoint()
         self.partitions[partition].append(record)
+        self._appended.set()
+        self._appended = trio.Event()
         return len(self.partitions[partition]) - 1
 
     async def read(self, partition: int, from_offset: int,
@@ -96,6 +101,24 @@ class InMemoryMetadataLog:
     def end_offset(self, partition: int) -> int:
         return len(self.partitions[partition])
 
+    def poll_groups(self, partitions: Iterable[int]) -> list[list[int]]:
+        group = sorted(partitions)
+        return [group] if group else []
+
+    def _from(self, partition: int, offset: int) -> list[TopicRecord]:
+        records = self.partitions[partition]
+        return [TopicRecord(o, self.keys.get((partition, o)), records[o])
+                for o in range(max(offset, self.starts[partition]), len(records))]
+
+    async def poll(self, positions: Mapping[int, int], limits: PollLimits
+                   ) -> Mapping[int, Sequence[TopicRecord]]:
+        asked = trio.current_time()
+        with trio.move_on_after(limits.max_wait_ms / 1000):
+            while not any(self._from(p, at) for p, at in positions.items()):
+                await self._appended.wait()
+        self.polls.append((asked, trio.current_time()))
+        return {p: self._from(p, at) for p, at in positions.items()}
+
     def start_offset(self, partition: int) -> int | None:
         return self.starts[partition] if self.leader else None
 
@@ -110,6 +133,8 @@ class InMemoryMetadataLog:
             if key is not None:
                 self.keys[partition, len(records)] = key
             records.append(value)
+        self._appended.set()
+        self._appended = trio.Event()
         return first
 
     async def delete_before(self, partition: int, offset: int) -> None:
@@ -143,8 +168,9 @@ def update(md: RemoteLogSegmentMetadata, state: S) -> RemoteLogSegmentMetadataUp
     return RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, 7, None, state, 1)
 
 
-def manager(log: MetadataLog, path: Path, **kw: float) -> TopicBasedRemoteLogMetadataManager:
-    return TopicBasedRemoteLogMetadataManager(log, str(path), num_partitions=NUM_PARTITIONS, **kw)
+def manager(log: MetadataLog, path: Path, **kw: object) -> TopicBasedRemoteLogMetadataManager:
+    kw.setdefault("num_partitions", NUM_PARTITIONS)
+    return TopicBasedRemoteLogMetadataManager(log, str(path), **kw)  # type: ignore[arg-type]
 
 
 async def started(log: MetadataLog, path: Path,
@@ -236,8 +262,22 @@ async def test_run_retries_its_start(tmp_path, autojump_clock):
         await nursery.start(rlmm.run)
         assert log.failures == 0 and len(log.partitions) == NUM_PARTITIONS
         nursery.cancel_scope.cancel()
+    start = trio.current_time()
     with pytest.raises(OSError):
         await manager(FlakyMetadataLog(failures=10**9), tmp_path).run()
+    assert 120 <= trio.current_time() - start <= 120.2  # Kafka's 2 min default
+
+
+async def test_start_retries_as_configured(tmp_path, autojump_clock):
+    settings = RlmmSettings(num_partitions=NUM_PARTITIONS, init_retry_interval_ms=2000,
+                            init_retry_max_timeout_ms=5000)
+    log = FlakyMetadataLog(failures=10**9)
+    start = trio.current_time()
+    with pytest.raises(OSError):
+        await manager(log, tmp_path, settings=settings).run()
+    # Tries at 0, 2, 4 and 6 s: the fourth failure comes after the 5 s timeout.
+    assert trio.current_time() - start == pytest.approx(6.0)
+    assert log.failures == 10**9 - 4
 
 
 async def test_topic_with_another_partition_count_is_refused(tmp_path):
@@ -312,6 +352,15 @@ async def test_writes_after_close_are_refused(tmp_path):
         await rlmm.add_remote_log_segment_metadata(segment(A, 1, 0, 9))
 
 
+async def _until(condition, what: str) -> float:
+    """Wait (virtual time, 60 s at most) until ``condition()``; how long it took."""
+    start = trio.current_time()
+    with trio.fail_after(60):
+        while not condition():
+            await trio.sleep(0.001)
+    return trio.current_time() - start
+
+
 async def test_consumer_task_follows_another_brokers_writes(tmp_path, autojump_clock):
     log = InMemoryMetadataLog()
     leader = await started(log, tmp_path / "leader", A, C)
@@ -319,17 +368,73 @@ async def test_consumer_task_follows_another_brokers_writes(tmp_path, autojump_c
     async with trio.open_nursery() as nursery:
         await nursery.start(follower.run)
         follower.on_partition_leadership_changes([], [A, C])
-        await trio.sleep(POLL_INTERVAL_S * 2)
+        await _until(lambda: follower.is_ready(A) and follower.is_ready(C), "ready")
         assert follower.list_remote_log_segments(A) == []
         await tier(leader, A, 1, 3)
         await tier(leader, C, 1, 1)
-        await trio.sleep(POLL_INTERVAL_S * 2)
-        assert view(follower, A, C) == view(leader, A, C)
+        await _until(lambda: view(follower, A, C) == view(leader, A, C), "followed")
         md = leader.list_remote_log_segments(A)[0]
         await leader.update_remote_log_segment_metadata(update(md, S.DELETE_SEGMENT_STARTED))
-        await trio.sleep(POLL_INTERVAL_S * 2)
-        assert follower.remote_log_segment_metadata(A, 0, 150) is None
+        await _until(lambda: follower.remote_log_segment_metadata(A, 0, 150) is None, "update")
         await follower.close()  # the consumer loop ends
+
+
+async def test_idle_consumer_long_polls_and_sees_a_new_record_at_once(tmp_path, autojump_clock):
+    log = InMemoryMetadataLog()
+    leader = await started(log, tmp_path / "leader", A, C)
+    wait_ms = 500
+    follower = manager(log, tmp_path / "follower",
+                       settings=RlmmSettings(num_partitions=NUM_PARTITIONS,
+                                             fetch_max_wait_ms=wait_ms))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follower.run)
+        follower.on_partition_leadership_changes([], [A, C])
+        await _until(lambda: follower.is_ready(A) and log.polls, "polling")
+        idle_from, polls_before = trio.current_time(), len(log.polls)
+        for _ in range(100):  # news of partitions already followed: no new round
+            follower.on_partition_leadership_changes([], [A, C])
+            follower.on_metadata_partition_leadership(0, False)
+            await trio.sleep(0.1)
+        # Idle: one poll (of the one leader, both partitions) per wait period.
+        idle_polls = len(log.polls) - polls_before
+        assert (10 / (wait_ms / 1000)) - 1 <= idle_polls <= (10 / (wait_ms / 1000)) + 1
+        assert all(answered - asked >= wait_ms / 1000 - 1e-9
+                   for asked, answered in log.polls if asked >= idle_from)
+        await trio.sleep(0.2)  # in the middle of a parked poll
+        written = trio.current_time()
+        await tier(leader, C, 1, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        # Folded when written, not at the end of the parked poll's wait.
+        assert view(follower, C) == view(leader, C)
+        assert trio.current_time() == written
+        assert follower.consumer.polls == len(log.polls) + 1  # the one parked now
+        nursery.cancel_scope.cancel()
+
+
+class StuckMetadataLog(InMemoryMetadataLog):
+    """Its reads never reach what it appends (a consumer that does not get the record)."""
+
+    async def read(self, partition: int, from_offset: int,
+                   max_bytes: int) -> Sequence[TopicRecord]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+    def end_offset(self, partition: int) -> int:
+        return 2**63 - 1
+
+
+async def test_a_write_not_read_back_within_consume_wait_fails(tmp_path, autojump_clock):
+    log = StuckMetadataLog()
+    settings = RlmmSettings(num_partitions=NUM_PARTITIONS, consume_wait_ms=3000)
+    rlmm = manager(log, tmp_path, settings=settings)
+    await rlmm.start()
+    rlmm.on_partition_leadership_changes([A], [])
+    await rlmm.ensure_ready(A)
+    started_at = trio.current_time()
+    with pytest.raises(RemoteLogMetadataError, match="consume.wait.ms"):
+        await rlmm.add_remote_log_segment_metadata(segment(A, 1, 0, 9))
+    assert len(log.partitions[0]) == 1  # written, never seen
+    assert trio.current_time() - started_at <= 3.0 + 1e-6
 
 
 async def test_bad_records_in_the_topic_are_skipped(tmp_path):
@@ -505,3 +610,43 @@ async def test_run_writes_snapshots_on_its_interval(tmp_path, autojump_clock):
         # measured when this test *noticed* the first file may lag the write.)
         assert trio.current_time() >= 2 * 30.0 - 0.01
         nursery.cancel_scope.cancel()
+
+
+# -- deleted topics: the controller's markers, the metadata partition's owner ------
+
+
+def marked(tip: TopicIdPartition) -> RemotePartitionDeleteMetadata:
+    return RemotePartitionDeleteMetadata(tip, P.DELETE_PARTITION_MARKED, 1, 9)
+
+
+async def test_the_controller_marks_a_partition_it_does_not_host_once(tmp_path):
+    log = InMemoryMetadataLog()
+    controller = manager(log, tmp_path / "controller")
+    await controller.start()
+    await controller.mark_partition_deleted(marked(A))
+    await controller.mark_partition_deleted(marked(A))  # a new controller marks again
+    assert log.partitions[0] == [serialize(marked(A))]
+    with pytest.raises(MetadataNotReady):  # marking assigned nothing
+        controller.list_remote_log_segments(A)
+
+
+async def test_the_owner_of_a_metadata_partition_lists_its_unfinished_deletions(tmp_path):
+    log = InMemoryMetadataLog()
+    writer = await started(log, tmp_path / "writer", A, B, C)
+    for tip in (A, B, C):
+        await tier(writer, tip, 1, 1)
+    await writer.mark_partition_deleted(marked(A))
+    await writer.mark_partition_deleted(marked(B))
+    await writer.mark_partition_deleted(marked(C))
+    for state in (P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_FINISHED):
+        await writer.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(B, state, 1, 1))
+    owner = manager(log, tmp_path / "owner")
+    await owner.start()
+    owner.on_metadata_partition_leadership(0, True)
+    assert owner.owned_deletions() == []  # not caught up yet
+    assert await owner.catch_up_pending()
+    assert owner.owned_deletions() == [A]  # B finished; C is in metadata partition 3
+    assert owner.positions() == {0: len(log.partitions[0])}
+    owner.on_metadata_partition_leadership(0, False)
+    assert owner.owned_deletions() == [] and owner.positions() == {}

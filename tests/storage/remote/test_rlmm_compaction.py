@@ -14,7 +14,14 @@ from structlog.testing import capture_logs
 from storage.remote import rlmm_compaction
 from storage.remote.metadata_cache import RemotePartitionDeleteMetadata
 from storage.remote.rlmm import MetadataNotReady, TopicBasedRemoteLogMetadataManager
-from storage.remote.rlmm_api import Restatement, parse_restatement_key, restatement_key
+from storage.remote.rlmm_api import (
+    PollLimits,
+    Restatement,
+    TopicRecord,
+    parse_restatement_key,
+    restatement_key,
+)
+from storage.remote.rlmm_config import RlmmSettings
 from storage.remote.rlmm_serde import deserialize, serialize
 from tests.storage.remote.test_rlmm import (
     NUM_PARTITIONS,
@@ -24,6 +31,9 @@ from tests.storage.remote.test_rlmm import (
     InMemoryMetadataLog,
     P,
     S,
+    _tip_in,
+    _until,
+    marked,
     segment,
     tier,
     update,
@@ -227,10 +237,16 @@ async def test_partial_restatement_is_never_trusted(tmp_path):
     assert any(e["event"] == "partial remote log metadata restatement skipped" for e in logs)
 
 
-async def test_run_compacts_on_its_interval(tmp_path, autojump_clock):
+@pytest.mark.parametrize("configured", [
+    {"snapshot_interval_s": 1.0, "min_superseded": 0},
+    # The same through the rlmm.config.* keys (rlmm_config).
+    {"settings": RlmmSettings(num_partitions=NUM_PARTITIONS, snapshot_interval_ms=1000,
+                              compaction_min_superseded_records=0)},
+])
+async def test_run_compacts_on_its_interval(tmp_path, autojump_clock, configured):
     log = InMemoryMetadataLog()
     rlmm = TopicBasedRemoteLogMetadataManager(log, str(tmp_path), num_partitions=NUM_PARTITIONS,
-                                              snapshot_interval_s=1.0, min_superseded=0)
+                                              **configured)
     async with trio.open_nursery() as nursery:
         await nursery.start(rlmm.run)
         rlmm.on_partition_leadership_changes([A], [])
@@ -280,3 +296,102 @@ def test_restatement_of_a_partition_being_deleted_is_the_chain_to_its_state():
         S.COPY_SEGMENT_STARTED, P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED]
     assert rlmm_compaction.restatement_size(states) == len(events)
     assert C  # imported for symmetry with test_rlmm's partitions
+
+
+class LaggingMetadataLog(InMemoryMetadataLog):
+    """Its long-polls wait for ``gate`` before they look: a follower whose
+    next poll comes only after the leader compacted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = trio.Event()
+        self.gate.set()
+
+    async def poll(self, positions, limits: PollLimits) -> dict[int, list[TopicRecord]]:
+        await self.gate.wait()
+        return dict(await super().poll(positions, limits))
+
+
+async def test_a_long_polling_follower_left_below_the_log_start_rebuilds(tmp_path, autojump_clock):
+    """The follower's next long-poll asks below the new log start: the answer
+    starts at the log start, and the follower forgets and rebuilds from the
+    restatement as a catch-up read would (no orphan kept, nothing re-read)."""
+    log = LaggingMetadataLog()
+    leader = await compacting(log, tmp_path / "leader", A, B)
+    a = await tier(leader, A, 1, 4)
+    follower = TopicBasedRemoteLogMetadataManager(log, str(tmp_path / "follower"),
+                                                  num_partitions=NUM_PARTITIONS, min_superseded=-1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follower.run)
+        follower.on_partition_leadership_changes([], [A, B])
+        await _until(lambda: follower.is_ready(A) and view(follower, A) == view(leader, A), "")
+        log.gate = trio.Event()  # the poll parked now answers; the next one lags
+        await delete(leader, a[0])
+        await trio.testing.wait_all_tasks_blocked()
+        for md in a[1:3]:
+            await delete(leader, md)
+        await tier(leader, B, 7, 1)
+        assert await leader.compact(0)
+        read_before = log.records_read
+        with capture_logs() as logs:
+            log.gate.set()
+            await _until(lambda: view(follower, A, B) == view(leader, A, B), "rebuilt")
+        assert log.records_read == read_before  # by the long-poll alone
+        assert [md.remote_log_segment_id for md in segments(follower, A)] == [
+            a[3].remote_log_segment_id]
+        events = [e["event"] for e in logs]
+        assert "remote log metadata missing (compacted); rebuilding" in events
+        assert "remote log metadata rebuilt from a restatement" in events
+        # It goes on long-polling from there.
+        await tier(leader, A, 9, 1)
+        await _until(lambda: view(follower, A) == view(leader, A), "followed")
+        nursery.cancel_scope.cancel()
+
+
+async def test_compaction_keeps_marked_deletions_and_drops_finished_ones(tmp_path):
+    """Controller-driven deletion: a partition the controller marked and its
+    owner has not finished removing is restated (a new owner must resume it);
+    one whose DELETE_PARTITION_FINISHED is written is gone."""
+    log = InMemoryMetadataLog()
+    owner = await compacting(log, tmp_path / "owner", A, B)
+    owner.on_metadata_partition_leadership(0, True)
+    await tier(owner, A, 1, 2)
+    b = await tier(owner, B, 1, 2)
+    never_tiered = _tip_in(0, "never-tiered")
+    controller = TopicBasedRemoteLogMetadataManager(log, str(tmp_path / "controller"),
+                                                    num_partitions=NUM_PARTITIONS)
+    await controller.start()
+    for tip in (A, B, never_tiered):
+        await controller.mark_partition_deleted(marked(tip))
+    # The owner removes B: STARTED, its segments, FINISHED.
+    await owner.put_remote_partition_delete_metadata(
+        RemotePartitionDeleteMetadata(B, P.DELETE_PARTITION_STARTED, 5, 1))
+    for md in b:
+        await delete(owner, md)
+    await owner.put_remote_partition_delete_metadata(
+        RemotePartitionDeleteMetadata(B, P.DELETE_PARTITION_FINISHED, 6, 1))
+    unfinished = sorted([A, never_tiered], key=str)
+    assert sorted(owner.owned_deletions(), key=str) == unfinished
+    end = len(log.partitions[0])
+    assert await owner.compact(0)
+    kept = [deserialize(v) for v in log.partitions[0][end:]]
+    assert {e.topic_id_partition for e in kept} == {A, never_tiered}
+    assert [e.state for e in kept if e.topic_id_partition == never_tiered] == [
+        P.DELETE_PARTITION_MARKED]
+    # The metadata partition's next leader resumes from the restatement alone.
+    successor = TopicBasedRemoteLogMetadataManager(log, str(tmp_path / "successor"),
+                                                   num_partitions=NUM_PARTITIONS)
+    await successor.start()
+    successor.on_metadata_partition_leadership(0, True)
+    assert await successor.catch_up_pending()
+    assert sorted(successor.owned_deletions(), key=str) == unfinished
+    assert successor.partition_delete_state(A) == P.DELETE_PARTITION_MARKED
+    assert successor.partition_delete_state(B) is None
+    assert successor.list_remote_log_segments(A) == segments(owner, A)
+    # A new controller marking again writes nothing: the restatement holds the marks.
+    again = TopicBasedRemoteLogMetadataManager(log, str(tmp_path / "again"),
+                                               num_partitions=NUM_PARTITIONS)
+    await again.start()
+    for tip in (A, never_tiered):
+        await again.mark_partition_deleted(marked(tip))
+    assert len(log.partitions[0]) == end + len(kept)
